@@ -1,0 +1,50 @@
+import os
+
+from setuptools import find_packages
+from setuptools import setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def read(name):
+    with open(os.path.join(HERE, name), encoding='utf-8') as f:
+        return f.read()
+
+
+setup(
+    name='relstorage',
+    version='0.1.0.dev0',
+    description='A ZODB storage that keeps pickles in a relational database.',
+    long_description=read('README.rst'),
+    long_description_content_type='text/x-rst',
+    license='ZPL-2.1',
+    package_dir={'': 'src'},
+    packages=find_packages('src'),
+    include_package_data=True,
+    package_data={
+        'relstorage': ['component.xml'],
+        'relstorage.adapters.sqlite': ['*.sql'],
+    },
+    python_requires='>=3.9',
+    install_requires=[
+        'ZODB >= 5.8',
+        'persistent',
+        'transaction',
+        'zope.interface',
+        'ZConfig',
+    ],
+    extras_require={
+        'postgresql': ['psycopg2-binary >= 2.9', 'psycopg[binary] >= 3.1'],
+        'mysql': ['mysqlclient >= 2.1', 'PyMySQL >= 1.0'],
+        'oracle': ['oracledb >= 1.4'],
+        'test': ['pytest >= 7', 'zope.testing', 'manuel'],
+        'docs': ['sphinx'],
+    },
+    entry_points={},
+    zip_safe=False,
+    classifiers=[
+        'Framework :: ZODB',
+        'Programming Language :: Python :: 3',
+        'License :: OSI Approved :: Zope Public License',
+    ],
+)

@@ -1,0 +1,263 @@
+"""The contracts between the backend-neutral core and a database adapter.
+
+An adapter is a small set of *roles*, each in a module of the same name in
+every adapter package (``connection.py``, ``schema.py``, ``locks.py``,
+``objects.py``, ``oids.py``, ``poll.py``, ``history.py``).  The shared
+default implementation of a role lives next to this file
+(``adapters/objects.py`` ...) and runs the SQL constants its per-database
+subclass supplies; an adapter overrides a method only where its database
+really differs.
+
+Conventions for every role:
+
+* Object ids and transaction ids cross this boundary as Python ints (the
+  database's signed 64-bit integers); the core converts to and from ZODB's
+  8-byte strings.
+* Methods receive the cursor to use; roles hold no connection state of
+  their own (except the OID allocator's block, see IOIDAllocator), so one
+  adapter serves every storage instance of a process.
+* Driver errors are translated into relstorage.errors exceptions by the
+  connection manager's ``translate`` context manager; roles do not catch
+  them.
+"""
+from zope.interface import Attribute
+from zope.interface import Interface
+
+
+class IAdapter(Interface):
+    """One database, as seen by a RelStorage and all its instances."""
+
+    keep_history = Attribute("True for the history-preserving schema.")
+    capabilities = Attribute(
+        "An ICapabilities describing what the database can do.")
+    connmanager = Attribute("IConnectionManager")
+    schema = Attribute("ISchema")
+    locker = Attribute("ILocker")
+    mover = Attribute("IObjectMover")
+    oids = Attribute("IOIDAllocator")
+    poller = Attribute("IPoller")
+    txncontrol = Attribute("ITransactionControl")
+    history = Attribute("IHistory")
+
+    def configure(options):
+        """Bind the adapter to a relstorage.options.Options.
+
+        Called once by the root storage before any other use; builds the
+        roles for the configured history mode.  Calling it again with
+        different options raises ConfigurationError.
+        """
+
+    def describe():
+        """A short text naming the database for logs and getName(),
+        never containing a password."""
+
+
+class ICapabilities(Interface):
+    """What a database can do; the core and the tests branch on these,
+    never on the database's name."""
+
+    advisory_locks = Attribute("Session or transaction advisory locks.")
+    row_lock_nowait = Attribute("SELECT ... FOR UPDATE NOWAIT.")
+    shared_row_locks = Attribute("SELECT ... FOR SHARE (read-current).")
+    database_wide_write_lock = Attribute(
+        "Only one writer at a time for the whole database (SQLite): the "
+        "vote-time lock is the commit lock.")
+    multiple_processes = Attribute(
+        "Several processes may use the database at once.")
+
+
+class IConnectionManager(Interface):
+    """Opens, closes and (re)starts database connections."""
+
+    def open_load():
+        """Open a connection for reading snapshots.  Returns
+        ``(conn, cursor)``.  No transaction is open on return."""
+
+    def open_store():
+        """Open a connection for committing.  Returns ``(conn, cursor)``.
+        Its lock waits are bounded by commit-lock-timeout."""
+
+    def begin_snapshot(conn, cursor):
+        """Start a read-only transaction whose snapshot stays fixed until
+        ``rollback``; returns nothing.  The first statement run on
+        ``cursor`` afterwards fixes the snapshot."""
+
+    def rollback(conn, cursor):
+        """End the current transaction, discarding any changes; quiet if
+        the connection is already broken."""
+
+    def commit(conn, cursor):
+        """Commit the current transaction."""
+
+    def close(conn, cursor):
+        """Close the connection, quietly."""
+
+    def translate():
+        """A context manager that turns driver exceptions into
+        relstorage.errors exceptions (lock timeouts into
+        CommitLockTimeoutError, lost connections into DisconnectedError)."""
+
+
+class ISchema(Interface):
+    """Creates and checks the tables."""
+
+    def prepare(create):
+        """Make sure the database holds the schema of the configured history
+        mode and the current schema version, creating it when ``create`` is
+        true and the database is empty.  Safe when several processes call it
+        at once.  Raises SchemaError when the database holds the other
+        history mode, an unknown version, or nothing while ``create`` is
+        false."""
+
+    def zap_all():
+        """Delete every object and transaction (for tests and
+        ``zodbconvert --clear``), keeping the schema."""
+
+    def drop_all():
+        """Drop every table this adapter created."""
+
+
+class ILocker(Interface):
+    """Takes the locks of a commit.  Every wait is bounded by the options'
+    commit-lock-timeout and ends in CommitLockTimeoutError."""
+
+    def lock_for_vote(cursor, read_current_oids):
+        """At tpc_vote, after the pending rows were uploaded: lock the rows
+        of every stored object (in oid order, so that two committers cannot
+        deadlock) and take shared locks on ``read_current_oids``.  On a
+        database with one database-wide write lock, take that lock.
+        From here until commit or rollback nobody else may change the
+        locked objects."""
+
+    def hold_commit_lock(cursor):
+        """At tpc_finish: take the commit lock, which serialises choosing a
+        transaction id and publishing it.  Released by commit/rollback."""
+
+
+class IObjectMover(Interface):
+    """Reads object states and moves a commit's pending rows into place."""
+
+    def load_current(cursor, oid):
+        """``(state, tid)`` of the current revision, or None if the object
+        does not exist.  ``state`` is None for a deleted object."""
+
+    def load_currents(cursor, oids):
+        """``{oid: (state, tid)}`` for those of ``oids`` that exist, in as
+        few round trips as the database allows."""
+
+    def load_revision(cursor, oid, tid):
+        """The state written by transaction ``tid``, or None."""
+
+    def load_before(cursor, oid, tid):
+        """``(state, start_tid)`` of the newest revision older than
+        ``tid``, or None."""
+
+    def next_revision_tid(cursor, oid, tid):
+        """The tid of the first revision newer than ``tid``, or None."""
+
+    def exists(cursor, oid):
+        """True if any revision of the object is stored."""
+
+    def current_tids(cursor, oids):
+        """``{oid: tid}`` of the current revisions of those ``oids`` that
+        exist."""
+
+    def clear_temp(cursor):
+        """Empty the commit's staging table."""
+
+    def upload_temp(cursor, rows):
+        """Add or replace pending rows
+        ``(oid, prev_tid or None, state or None, data_txn, ord)`` in the
+        staging table, in bulk.  ``prev_tid`` None means "restore: do not
+        check for conflicts"."""
+
+    def detect_conflicts(cursor):
+        """``[(oid, committed_tid, prev_tid, state)]`` for every staged row
+        whose expected previous tid is not the current one."""
+
+    def replace_temp(cursor, oid, prev_tid, state):
+        """Replace one staged row's state after conflict resolution."""
+
+    def load_temp(cursor, oid):
+        """``(prev_tid, state)`` of the staged row for ``oid``, or None."""
+
+    def move_from_temp(cursor, tid):
+        """Publish every staged row as written by ``tid``."""
+
+    def object_count(cursor):
+        """How many objects currently exist."""
+
+    def iter_current(cursor, start_oid, limit):
+        """``[(oid, tid, state)]`` of current objects from ``start_oid`` on,
+        in oid order."""
+
+
+class IOIDAllocator(Interface):
+    """Hands out object ids in blocks, so that new_oid is rarely a round
+    trip."""
+
+    def new_oids(cursor):
+        """Reserve and return a block of unused oids (ints, ascending).
+        Runs in its own short transaction that is committed even if the
+        caller's commit later fails."""
+
+    def ensure_above(cursor, oid):
+        """Inside a commit: make sure the allocator never hands out ``oid``
+        or anything below it (after restore() with explicit oids)."""
+
+
+class IPoller(Interface):
+    """Finds what changed between two snapshots."""
+
+    def last_tid(cursor):
+        """The tid of the last committed transaction (0 if none); the first
+        statement of a snapshot."""
+
+    def changes(cursor, after_tid, last_tid):
+        """``[(oid, tid)]`` of objects whose current revision was written
+        after ``after_tid`` and no later than ``last_tid``; one indexed
+        query."""
+
+
+class ITransactionControl(Interface):
+    """Chooses transaction ids and records transactions."""
+
+    def now(cursor):
+        """The database's clock, as seconds since the epoch (float)."""
+
+    def record_transaction(cursor, tid, user, description, extension,
+                           status):
+        """Under the commit lock: record that ``tid`` committed (the last-tid
+        marker, and in history-preserving mode the transaction's metadata).
+        """
+
+
+class IHistory(Interface):
+    """Queries over past transactions: undo, history and iteration.
+
+    A history-free adapter implements ``transactions``, ``records`` and
+    ``object_history`` from the current rows only (one pseudo-transaction
+    per tid that still has current objects); its ``undo_log`` is empty and
+    ``undoable_records`` is never called.
+    """
+
+    def undo_log(cursor, offset, limit):
+        """``[(tid, user, description, extension)]``, newest first, of
+        undoable transactions."""
+
+    def object_history(cursor, oid, limit):
+        """``[(tid, size, user, description, extension)]``, newest first."""
+
+    def undoable_records(cursor, tid):
+        """``[(oid, current_tid, before_tid)]`` for every object written by
+        ``tid``; ``before_tid`` is the tid of the revision before it (None
+        if ``tid`` created the object).  Empty if ``tid`` is unknown or
+        packed."""
+
+    def transactions(cursor, start, stop, limit):
+        """``[(tid, status, user, description, extension)]`` of
+        transactions with ``start <= tid <= stop``, oldest first."""
+
+    def records(cursor, tid):
+        """``[(oid, state, data_txn)]`` written by ``tid``, in the order they
+        were stored."""

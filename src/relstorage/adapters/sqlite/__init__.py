@@ -1,0 +1,4 @@
+"""The SQLite adapter (standard library ``sqlite3``)."""
+from .adapter import SQLiteAdapter
+
+__all__ = ['SQLiteAdapter']

@@ -1,0 +1,154 @@
+"""Connections to an SQLite database file (the connection-manager role)."""
+import contextlib
+import re
+
+from relstorage.adapters.interfaces import IConnectionManager
+from relstorage.errors import CommitLockTimeoutError
+from relstorage.errors import ConfigurationError
+from zope.interface import implementer
+
+#: The name of the database file inside data-dir.
+DB_FILENAME = 'relstorage.sqlite3'
+
+#: Applied to every connection before the user's <pragmas>, which win.
+#: synchronous=FULL makes every commit durable across an operating-system
+#: crash, not only a process crash (NORMAL is faster and loses at most the
+#: last commits on power loss).
+DEFAULT_PRAGMAS = {
+    'synchronous': 'full',
+    'temp_store': 'memory',
+    'cache_size': '-16000',
+}
+
+# Pragma values are spliced into the statement (SQLite cannot bind them),
+# so only plain words and numbers are accepted.
+_PRAGMA_VALUE = re.compile(r'^[A-Za-z0-9_.+-]+$')
+
+
+def check_pragmas(driver, pragmas):
+    """Return the pragmas as ``{name: value}``, raising ConfigurationError
+    naming the pragma for an unknown name or a value that is not a plain
+    word or number."""
+    conn = driver.connect(':memory:')
+    try:
+        known = {row[0] for row in conn.execute('PRAGMA pragma_list')}
+    finally:
+        conn.close()
+    result = {}
+    for name, value in (pragmas or {}).items():
+        key = str(name).strip().lower()
+        if isinstance(value, (list, tuple)):  # ZConfig gives lists
+            if len(value) != 1:
+                raise ConfigurationError(
+                    f'pragmas: {key} is given {len(value)} times')
+            value = value[0]
+        text = str(value).strip()
+        if known and key not in known:
+            raise ConfigurationError(
+                f'pragmas: {key!r} is not a pragma this SQLite '
+                f'knows (value {text!r})')
+        if not _PRAGMA_VALUE.match(text):
+            raise ConfigurationError(
+                f'pragmas: {key} = {text!r} is not a plain word or number')
+        result[key] = text
+    return result
+
+
+@implementer(IConnectionManager)
+class SQLiteConnectionManager:
+
+    def __init__(self, driver, path, pragmas, lock_timeout):
+        self.driver = driver
+        self.path = path
+        self.pragmas = dict(DEFAULT_PRAGMAS)
+        self.pragmas.update(pragmas)
+        self.lock_timeout = lock_timeout
+
+    def connect(self, timeout=None):
+        """A connection in autocommit mode (we issue BEGIN ourselves), usable
+        from whichever thread holds the owning storage's lock."""
+        conn = self.driver.connect(
+            self.path,
+            timeout=self.lock_timeout if timeout is None else timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
+            for name, value in self.pragmas.items():
+                try:
+                    conn.execute(f'PRAGMA {name} = {value}')
+                except self.driver.Error as e:
+                    raise ConfigurationError(
+                        f'pragmas: SQLite rejected {name} = {value!r}: {e}'
+                    ) from e
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def open_load(self):
+        conn = self.connect()
+        # A snapshot connection never writes; make SQLite enforce that.
+        conn.execute('PRAGMA query_only = 1')
+        return conn, conn.cursor()
+
+    def open_store(self):
+        conn = self.connect()
+        conn.execute("""
+            CREATE TEMP TABLE IF NOT EXISTS temp_store (
+                zoid        INTEGER PRIMARY KEY,
+                prev_tid    INTEGER,
+                state       BLOB,
+                state_size  INTEGER NOT NULL,
+                data_txn    INTEGER NOT NULL,
+                ord         INTEGER NOT NULL
+            )""")
+        return conn, conn.cursor()
+
+    def begin_snapshot(self, conn, cursor):
+        # In WAL mode the snapshot is fixed by the first read after BEGIN
+        # and lasts until the transaction ends; writers are not blocked.
+        cursor.execute('BEGIN DEFERRED')
+
+    def rollback(self, conn, cursor):
+        try:
+            if conn.in_transaction:
+                conn.execute('ROLLBACK')
+        except self.driver.Error:
+            pass
+
+    def commit(self, conn, cursor):
+        if conn.in_transaction:
+            conn.execute('COMMIT')
+
+    def close(self, conn, cursor):
+        try:
+            self.rollback(conn, cursor)
+            conn.close()
+        except self.driver.Error:
+            pass
+
+    def begin_write(self, cursor, what):
+        """Take SQLite's database-wide write lock, waiting at most the lock
+        timeout; ``what`` names the lock for the error message."""
+        try:
+            cursor.execute('BEGIN IMMEDIATE')
+        except self.driver.OperationalError as e:
+            if 'locked' in str(e) or 'busy' in str(e):
+                raise CommitLockTimeoutError(
+                    f'{what}: another process kept the SQLite database '
+                    f'{self.path} locked for longer than commit-lock-timeout '
+                    f'({self.lock_timeout:g}s)') from e
+            raise
+
+    @contextlib.contextmanager
+    def translate(self):
+        try:
+            yield
+        except self.driver.OperationalError as e:
+            if 'locked' in str(e) or 'busy' in str(e):
+                raise CommitLockTimeoutError(
+                    f'the SQLite database {self.path} stayed locked for '
+                    f'longer than commit-lock-timeout '
+                    f'({self.lock_timeout:g}s): {e}') from e
+            raise

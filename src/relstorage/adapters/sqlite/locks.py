@@ -1,0 +1,24 @@
+"""Commit locking for SQLite (the locker role).
+
+SQLite has a single write lock for the whole database file.  Taking it at
+vote makes it both the object locks and the commit lock: from vote to
+finish no other process can commit, and readers are never blocked (WAL).
+Pickles were staged in the connection's private temp table before the lock
+is taken, so the lock covers conflict checks and publishing only.
+"""
+from relstorage.adapters.interfaces import ILocker
+from zope.interface import implementer
+
+
+@implementer(ILocker)
+class SQLiteLocker:
+
+    def __init__(self, connmanager):
+        self.connmanager = connmanager
+
+    def lock_for_vote(self, cursor, read_current_oids):
+        self.connmanager.begin_write(cursor, 'taking the commit lock')
+
+    def hold_commit_lock(self, cursor):
+        # Already held since lock_for_vote.
+        pass

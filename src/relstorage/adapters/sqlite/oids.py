@@ -1,0 +1,25 @@
+"""Object id allocation for SQLite (the OID allocator role)."""
+from relstorage.adapters.oids import OIDAllocator
+
+
+class SQLiteOIDAllocator(OIDAllocator):
+
+    ENSURE_ABOVE = (
+        'UPDATE oid_counter SET next_oid = ? WHERE next_oid <= ?')
+
+    def __init__(self, connmanager):
+        self.connmanager = connmanager
+
+    def new_oids(self, cursor):
+        cm = self.connmanager
+        cm.begin_write(cursor, 'allocating object ids')
+        try:
+            cursor.execute('SELECT next_oid FROM oid_counter')
+            first = cursor.fetchone()[0]
+            cursor.execute('UPDATE oid_counter SET next_oid = ?',
+                           (first + self.BLOCK,))
+            cursor.execute('COMMIT')
+        except BaseException:
+            cm.rollback(cursor.connection, cursor)
+            raise
+        return list(range(first, first + self.BLOCK))

@@ -1,0 +1,112 @@
+"""Creating and checking the SQLite schema (the schema role)."""
+import os
+
+from relstorage.adapters.interfaces import ISchema
+from relstorage.errors import SchemaError
+from zope.interface import implementer
+
+SCHEMA_VERSION = 1
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+TABLES = ('schema_version', 'commit_row', 'oid_counter', 'transaction_log',
+          'object_state', 'current_object')
+
+
+def ddl_statements(keep_history):
+    """The statements of the schema file for one history mode."""
+    name = ('schema-history-preserving.sql' if keep_history
+            else 'schema-history-free.sql')
+    with open(os.path.join(_HERE, name), encoding='utf-8') as f:
+        text = f.read()
+    lines = [line for line in text.splitlines()
+             if not line.lstrip().startswith('--')]
+    return [s.strip() for s in '\n'.join(lines).split(';') if s.strip()]
+
+
+@implementer(ISchema)
+class SQLiteSchema:
+
+    def __init__(self, connmanager, keep_history):
+        self.connmanager = connmanager
+        self.keep_history = keep_history
+
+    def _mode(self, keep_history):
+        return 'history-preserving' if keep_history else 'history-free'
+
+    def prepare(self, create, read_only=False):
+        cm = self.connmanager
+        conn = cm.connect()
+        try:
+            cursor = conn.cursor()
+            if not read_only:
+                # Persistent: readers and one writer work at once.
+                cursor.execute('PRAGMA journal_mode = WAL')
+                # The write lock serialises processes creating the schema
+                # at the same time: the second finds it made.
+                cm.begin_write(cursor, 'creating the schema')
+            tables = {row[0] for row in cursor.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if 'schema_version' not in tables:
+                if tables:
+                    raise SchemaError(
+                        f'{cm.path} holds tables that are not a relstorage '
+                        f'schema: {", ".join(sorted(tables))}')
+                if not create or read_only:
+                    raise SchemaError(
+                        f'{cm.path} holds no relstorage schema and '
+                        f'create-schema is false (or the storage is '
+                        f'read-only)')
+                for stmt in ddl_statements(self.keep_history):
+                    cursor.execute(stmt)
+            else:
+                rows = cursor.execute(
+                    'SELECT version, keep_history FROM schema_version'
+                ).fetchall()
+                if len(rows) != 1:
+                    raise SchemaError(
+                        f'{cm.path}: schema_version holds {len(rows)} rows')
+                version, keep_history = rows[0]
+                if version != SCHEMA_VERSION:
+                    raise SchemaError(
+                        f'{cm.path} holds schema version {version}; this '
+                        f'relstorage knows version {SCHEMA_VERSION} (see '
+                        f'migrations/)')
+                if bool(keep_history) != self.keep_history:
+                    raise SchemaError(
+                        f'{cm.path} holds a '
+                        f'{self._mode(keep_history)} schema but keep-history '
+                        f'is {str(self.keep_history).lower()}')
+            cm.commit(conn, cursor)
+        finally:
+            cm.close(conn, None)
+
+    def zap_all(self):
+        cm = self.connmanager
+        conn = cm.connect()
+        try:
+            cursor = conn.cursor()
+            cm.begin_write(cursor, 'clearing the database')
+            tables = {row[0] for row in cursor.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            for table in ('object_state', 'current_object',
+                          'transaction_log'):
+                if table in tables:
+                    cursor.execute(f'DELETE FROM {table}')
+            cursor.execute('UPDATE commit_row SET tid = 0')
+            cursor.execute('UPDATE oid_counter SET next_oid = 1')
+            cm.commit(conn, cursor)
+        finally:
+            cm.close(conn, None)
+
+    def drop_all(self):
+        cm = self.connmanager
+        conn = cm.connect()
+        try:
+            cursor = conn.cursor()
+            cm.begin_write(cursor, 'dropping the schema')
+            for table in TABLES:
+                cursor.execute(f'DROP TABLE IF EXISTS {table}')
+            cm.commit(conn, cursor)
+        finally:
+            cm.close(conn, None)

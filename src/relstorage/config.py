@@ -1,0 +1,28 @@
+"""ZConfig factories for ``%import relstorage`` (see component.xml)."""
+from ZODB.config import BaseConfig
+
+from relstorage.options import Options
+
+
+class RelStorageFactory(BaseConfig):
+    """The datatype of the ``<relstorage>`` section."""
+
+    def open(self):
+        from relstorage.storage import RelStorage
+        config = self.config
+        adapter = config.adapter.create()
+        return RelStorage(adapter, options=Options.from_section(config))
+
+
+class SQLite3AdapterFactory:
+    """The datatype of the ``<sqlite3>`` section."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def create(self):
+        from relstorage.adapters.sqlite import SQLiteAdapter
+        config = self.config
+        pragmas = config.pragmas.pragmas if config.pragmas else {}
+        return SQLiteAdapter(
+            data_dir=config.data_dir, driver=config.driver, pragmas=pragmas)

@@ -1,0 +1,44 @@
+"""The errors relstorage raises, beyond ZODB's own.
+
+Driver errors are mapped onto this small hierarchy so that callers can tell
+a conflict (retry the transaction), a lock timeout (retry later) and a lost
+connection (retry the transaction; nothing was committed) apart without
+knowing which database is underneath.
+"""
+from ZODB.POSException import ConflictError
+from transaction.interfaces import TransientError
+from ZODB.POSException import StorageError
+
+from relstorage.options import ConfigurationError
+
+__all__ = [
+    'ConfigurationError',
+    'CommitLockTimeoutError',
+    'LockConflictError',
+    'DisconnectedError',
+    'SchemaError',
+]
+
+
+class CommitLockTimeoutError(TransientError, StorageError):
+    """A lock needed to commit was not granted within commit-lock-timeout.
+
+    Nothing was written; the transaction may be retried.
+    """
+
+
+class LockConflictError(ConflictError):
+    """An object lock could not be taken because another transaction holds
+    it (or the database chose this transaction as a deadlock victim)."""
+
+
+class DisconnectedError(TransientError, StorageError):
+    """The connection to the database was lost.
+
+    Outside a commit the storage reconnects by itself; inside a commit the
+    transaction fails with this error and nothing of it is visible.
+    """
+
+
+class SchemaError(StorageError):
+    """The database does not hold the schema this storage expects."""

@@ -1,0 +1,44 @@
+"""The process-wide pool of object ids reserved from the database."""
+import threading
+
+
+class OIDPool:
+    """Object ids reserved in blocks, shared by a root storage and all its
+    instances, so that ``new_oid`` is a round trip only once per block.
+
+    The lock only guards this Python list; uniqueness between processes
+    comes from the database's allocator.
+    """
+
+    def __init__(self, adapter):
+        self._adapter = adapter
+        self._lock = threading.Lock()
+        self._free = []        # descending, pop() gives the smallest
+        self._conn = None
+        self._cursor = None
+
+    def take(self):
+        with self._lock:
+            if not self._free:
+                cm = self._adapter.connmanager
+                if self._conn is None:
+                    self._conn, self._cursor = cm.open_store()
+                try:
+                    block = self._adapter.oids.new_oids(self._cursor)
+                except BaseException:
+                    cm.close(self._conn, self._cursor)
+                    self._conn = self._cursor = None
+                    raise
+                self._free = sorted(block, reverse=True)
+            return self._free.pop()
+
+    def discard_through(self, oid):
+        """Forget reserved ids up to ``oid`` (they were used by restore)."""
+        with self._lock:
+            self._free = [o for o in self._free if o > oid]
+
+    def close(self):
+        with self._lock:
+            if self._conn is not None:
+                self._adapter.connmanager.close(self._conn, self._cursor)
+                self._conn = self._cursor = None

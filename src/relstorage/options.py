@@ -1,0 +1,166 @@
+"""The typed options of a RelStorage, one field per ZConfig key.
+
+Defaults are declared once, in ``component.xml``; this module reads them
+from there so that the ZConfig schema and the Python API cannot disagree.
+Every converter knows the key it converts, so a bad value fails at start-up
+with a message that names both the key and the value, whichever way the
+storage was configured.
+"""
+import functools
+import os
+import xml.etree.ElementTree as ET
+
+from ZODB.POSException import StorageError
+
+_COMPONENT = os.path.join(os.path.dirname(__file__), 'component.xml')
+
+
+class ConfigurationError(StorageError, ValueError):
+    """A configuration key has a value that cannot be used.
+
+    It is a ValueError so that ZConfig reports it with the file and line
+    of the offending key.
+    """
+
+
+def _boolean(key, value):
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ('true', 'yes', 'on', '1'):
+        return True
+    if text in ('false', 'no', 'off', '0'):
+        return False
+    raise ConfigurationError(
+        f'{key}: {value!r} is not a boolean (use true or false)')
+
+
+def _seconds(key, value):
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number != number or number < 0:
+        raise ConfigurationError(
+            f'{key}: {value!r} is not a non-negative number of seconds')
+    return number
+
+
+def _text(key, value):
+    if value is None:
+        return ''
+    if not isinstance(value, str):
+        raise ConfigurationError(f'{key}: {value!r} is not text')
+    return value
+
+
+def _directory(key, value):
+    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+        raise ConfigurationError(f'{key}: {value!r} is not a directory path')
+    path = os.path.abspath(os.path.expanduser(str(value)))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigurationError(
+            f'{key}: {value!r} exists and is not a directory')
+    return path
+
+
+def _choice(choices, key, value):
+    text = str(value).strip()
+    for choice in choices:
+        if text.lower() == choice.lower():
+            return choice
+    raise ConfigurationError(
+        f'{key}: {value!r} is not one of {", ".join(choices)}')
+
+
+# component.xml names these functions as datatypes, e.g.
+# ``datatype="relstorage.options.commit_lock_timeout"``.
+name = functools.partial(_text, 'name')
+read_only = functools.partial(_boolean, 'read-only')
+keep_history = functools.partial(_boolean, 'keep-history')
+create_schema = functools.partial(_boolean, 'create-schema')
+commit_lock_timeout = functools.partial(_seconds, 'commit-lock-timeout')
+data_dir = functools.partial(_directory, 'data-dir')
+sqlite_driver = functools.partial(_choice, ('auto', 'sqlite3'), 'driver')
+
+
+@functools.lru_cache(maxsize=None)
+def section_keys(section):
+    """Return ``{key: (datatype, default)}`` for one section type of
+    component.xml, with the defaults as written there (strings or None)."""
+    root = ET.parse(_COMPONENT).getroot()
+    for sectiontype in root.iter('sectiontype'):
+        if sectiontype.get('name') == section:
+            return {
+                key.get('name'): (key.get('datatype'), key.get('default'))
+                for key in sectiontype.findall('key')
+                if key.get('name') != '+'
+            }
+    raise KeyError(section)
+
+
+def _converter(datatype):
+    module, _, attr = datatype.rpartition('.')
+    assert module == __name__, datatype
+    return globals()[attr]
+
+
+def convert_section(section, values):
+    """Convert keyword arguments (with ``_`` or ``-`` in their names) for one
+    section of component.xml, filling in its defaults.
+
+    Returns a dict keyed by attribute name (``commit_lock_timeout``).
+    Unknown names raise ConfigurationError; so does a missing required key.
+    """
+    keys = section_keys(section)
+    given = {k.replace('_', '-'): v for k, v in values.items()}
+    unknown = sorted(set(given) - set(keys))
+    if unknown:
+        raise ConfigurationError(
+            f'unknown {section} option(s): {", ".join(unknown)}; '
+            f'known: {", ".join(sorted(keys))}')
+    result = {}
+    for key, (datatype, default) in keys.items():
+        value = given.get(key, default)
+        attr = key.replace('-', '_')
+        if value is None:
+            result[attr] = None
+        else:
+            result[attr] = _converter(datatype)(value)
+    return result
+
+
+class Options:
+    """The options of a ``<relstorage>`` section, as attributes.
+
+    ``Options(keep_history=False)`` gives the defaults of component.xml for
+    every key not named.  Attribute names are the keys with ``_`` for ``-``.
+    """
+
+    __slots__ = tuple(k.replace('-', '_') for k in section_keys('relstorage'))
+
+    def __init__(self, **kwargs):
+        for attr, value in convert_section('relstorage', kwargs).items():
+            setattr(self, attr, value)
+
+    @classmethod
+    def from_section(cls, section):
+        """Build from a ZConfig section value (already converted)."""
+        self = cls.__new__(cls)
+        for attr in cls.__slots__:
+            setattr(self, attr, getattr(section, attr))
+        return self
+
+    def copy(self, **changes):
+        values = {attr: getattr(self, attr) for attr in self.__slots__}
+        values.update(changes)
+        return type(self)(**values)
+
+    def __eq__(self, other):
+        return (isinstance(other, Options) and all(
+            getattr(self, a) == getattr(other, a) for a in self.__slots__))
+
+    def __repr__(self):
+        fields = ', '.join(
+            f'{a}={getattr(self, a)!r}' for a in self.__slots__)
+        return f'Options({fields})'

@@ -1,0 +1,563 @@
+"""RelStorage: a ZODB storage whose data lives in a relational database.
+
+One root ``RelStorage`` is opened per ``ZODB.DB``; ZODB asks it for a
+``new_instance()`` per Connection.  Every instance holds its own read
+snapshot (renewed by ``poll_invalidations``) and its own connection for
+committing; the adapter, the pool of reserved object ids and the memory of
+recent states are shared.
+
+An instance may be called from several threads (ZODB's own tests do that):
+``_lock`` serialises the calls, and a second ``tpc_begin`` on the same
+instance waits until the first commit ends.  Correctness between instances
+and processes never depends on these locks; it comes from the database.
+"""
+import logging
+import os
+import threading
+import time
+
+import zope.interface
+from ZODB import POSException
+from ZODB.ConflictResolution import ConflictResolvingStorage
+from ZODB.interfaces import IExternalGC
+from ZODB.interfaces import IMultiCommitStorage
+from ZODB.interfaces import IMVCCPrefetchStorage
+from ZODB.interfaces import IMVCCStorage
+from ZODB.interfaces import IStorage
+from ZODB.interfaces import IStorageCurrentRecordIteration
+from ZODB.interfaces import IStorageIteration
+from ZODB.interfaces import IStorageRestoreable
+from ZODB.interfaces import IStorageUndoable
+from ZODB.utils import p64
+from ZODB.utils import z64
+
+from relstorage import undo as _undo
+from relstorage.cache import RecentStates
+from relstorage.errors import CommitLockTimeoutError
+from relstorage.iteration import TransactionIterator
+from relstorage.oidpool import OIDPool
+from relstorage.options import Options
+from relstorage.tids import id_to_int
+from relstorage.tids import tid_time
+from relstorage.tpc import PendingTransaction
+
+log = logging.getLogger(__name__)
+
+
+def _transaction_info(tid, user, description, extension):
+    """The dict undoLog() and history() give for one transaction."""
+    info = {
+        'id': p64(tid),
+        'time': tid_time(tid),
+        'user_name': user or b'',
+        'description': description or b'',
+    }
+    if extension:
+        from ZODB._compat import loads
+        try:
+            info.update(loads(extension))
+        except Exception:  # a damaged extension must not hide the rest
+            log.warning('cannot unpickle the extension of transaction %r',
+                        p64(tid), exc_info=True)
+    return info
+
+
+@zope.interface.implementer(
+    IStorage,
+    IMVCCStorage,
+    IMVCCPrefetchStorage,
+    IMultiCommitStorage,
+    IStorageRestoreable,
+    IStorageIteration,
+    IStorageCurrentRecordIteration,
+    IExternalGC,
+)
+class RelStorage(ConflictResolvingStorage):
+    """``RelStorage(adapter, name=None, options=None, **options)``.
+
+    ``adapter`` is a database adapter such as
+    ``relstorage.adapters.sqlite.SQLiteAdapter``.  The keyword arguments are
+    the keys of the ``<relstorage>`` section with ``_`` for ``-``
+    (``keep_history=False``); bad values raise ConfigurationError naming the
+    key.  Opening prepares the schema (see create-schema).
+    """
+
+    def __init__(self, adapter, name=None, options=None, **kwargs):
+        if options is None:
+            options = Options(**kwargs)
+        elif kwargs:
+            options = options.copy(**kwargs)
+        if name is not None:
+            options = options.copy(name=name)
+        adapter.configure(options)
+        adapter.schema.prepare(
+            create=options.create_schema, read_only=options.read_only)
+        self._adapter = adapter
+        self._options = options
+        self._name = options.name or adapter.describe()
+        self._oids = OIDPool(adapter)
+        self._recent = RecentStates()
+        self._is_root = True
+        self._init_instance()
+        if options.keep_history:
+            zope.interface.alsoProvides(self, IStorageUndoable)
+
+    def _init_instance(self):
+        self._lock = threading.RLock()
+        self._commit_done = threading.Condition(self._lock)
+        self._closed = False
+        # The read snapshot.
+        self._load_conn = self._load_cursor = None
+        self._snapshot_tid = None      # int, or None when no snapshot open
+        self._polled_tid = None        # last tid reported to poll callers
+        self._prefetched = {}
+        # Committing.
+        self._store_conn = self._store_cursor = None
+        self._txn = None
+        self._ltid = z64               # last tid committed by this instance
+        self._own_tids = set()         # committed here since the last poll
+
+    def new_instance(self):
+        other = type(self).__new__(type(self))
+        other._adapter = self._adapter
+        other._options = self._options
+        other._name = self._name
+        other._oids = self._oids
+        other._recent = self._recent
+        other._is_root = False
+        other._crs_transform_record_data = self._crs_transform_record_data
+        other._crs_untransform_record_data = (
+            self._crs_untransform_record_data)
+        other._init_instance()
+        zope.interface.directlyProvides(
+            other, zope.interface.directlyProvidedBy(self))
+        return other
+
+    # -- connections ---------------------------------------------------
+
+    def _check_open(self):
+        if self._closed:
+            raise POSException.StorageError(f'{self._name} is closed')
+
+    def _snapshot_cursor(self):
+        """The cursor of this instance's read snapshot, opening one (and
+        reading its last tid) if none is open."""
+        self._check_open()
+        cm = self._adapter.connmanager
+        if self._load_conn is None:
+            self._load_conn, self._load_cursor = cm.open_load()
+        if self._snapshot_tid is None:
+            cm.begin_snapshot(self._load_conn, self._load_cursor)
+            self._snapshot_tid = self._adapter.poller.last_tid(
+                self._load_cursor)
+        return self._load_cursor
+
+    def _end_snapshot(self):
+        if self._snapshot_tid is not None:
+            self._snapshot_tid = None
+            self._prefetched.clear()
+            self._adapter.connmanager.rollback(
+                self._load_conn, self._load_cursor)
+
+    def _store_cursor_(self):
+        """The cursor of the committing connection.  Outside a commit it
+        reads the latest committed data."""
+        self._check_open()
+        if self._store_conn is None:
+            self._store_conn, self._store_cursor = (
+                self._adapter.connmanager.open_store())
+        return self._store_cursor
+
+    def _close_connections(self):
+        cm = self._adapter.connmanager
+        self._end_snapshot()
+        if self._load_conn is not None:
+            cm.close(self._load_conn, self._load_cursor)
+            self._load_conn = self._load_cursor = None
+        if self._store_conn is not None:
+            cm.close(self._store_conn, self._store_cursor)
+            self._store_conn = self._store_cursor = None
+
+    # -- IMVCCStorage --------------------------------------------------
+
+    def poll_invalidations(self):
+        """Start a new snapshot; return the oids changed by others since
+        the last poll ([] on the first), or None if the database went back
+        in time and every cached object must go."""
+        with self._lock:
+            self._end_snapshot()
+            cursor = self._snapshot_cursor()
+            new = self._snapshot_tid
+            prev, self._polled_tid = self._polled_tid, new
+            own, self._own_tids = self._own_tids, set()
+            if prev is None or new == prev:
+                return []
+            if new < prev:
+                return None
+            changes = self._adapter.poller.changes(cursor, prev, new)
+            return [p64(oid) for oid, tid in changes if tid not in own]
+
+    def sync(self, force=True):
+        if force:
+            with self._lock:
+                self._end_snapshot()
+
+    def afterCompletion(self):
+        # End the read transaction so that no database session sits idle
+        # inside one while the application does something else.
+        with self._lock:
+            self._end_snapshot()
+
+    def release(self):
+        with self._lock:
+            self._close_connections()
+            self._closed = True
+
+    def close(self):
+        with self._lock:
+            if self._txn is not None:
+                self._abort()
+            self._close_connections()
+            self._closed = True
+            if self._is_root:
+                self._oids.close()
+
+    # -- reading -------------------------------------------------------
+
+    def load(self, oid, version=''):
+        oid_int = id_to_int(oid, 'oid')
+        with self._lock:
+            cursor = self._snapshot_cursor()
+            row = self._prefetched.pop(oid_int, None)
+            if row is None:
+                row = self._adapter.mover.load_current(cursor, oid_int)
+            if row is None or row[0] is None:
+                raise POSException.POSKeyError(oid)
+            state, tid = row
+            if not self._options.keep_history:
+                self._recent.remember(oid_int, tid, state)
+            return state, p64(tid)
+
+    def prefetch(self, oids):
+        wanted = [id_to_int(oid, 'oid') for oid in oids]
+        with self._lock:
+            cursor = self._snapshot_cursor()
+            wanted = [o for o in wanted if o not in self._prefetched]
+            if wanted:
+                self._prefetched.update(
+                    self._adapter.mover.load_currents(cursor, wanted))
+
+    def getTid(self, oid):
+        return self.load(oid)[1]
+
+    def loadSerial(self, oid, serial):
+        oid_int = id_to_int(oid, 'oid')
+        tid_int = id_to_int(serial, 'serial')
+        with self._lock:
+            state = self._adapter.mover.load_revision(
+                self._store_cursor_(), oid_int, tid_int)
+            if state is None and not self._options.keep_history:
+                state = self._recent.get(oid_int, tid_int)
+            if state is None:
+                raise POSException.POSKeyError(oid)
+            return state
+
+    def loadBefore(self, oid, tid):
+        oid_int = id_to_int(oid, 'oid')
+        before = id_to_int(tid, 'tid')
+        with self._lock:
+            cursor = self._snapshot_cursor()
+            mover = self._adapter.mover
+            row = mover.load_before(cursor, oid_int, before)
+            if row is None:
+                if not mover.exists(cursor, oid_int):
+                    raise POSException.POSKeyError(oid)
+                return None
+            state, start = row
+            if state is None:
+                raise POSException.POSKeyError(oid)
+            end = mover.next_revision_tid(cursor, oid_int, start)
+            return state, p64(start), None if end is None else p64(end)
+
+    def history(self, oid, size=1):
+        oid_int = id_to_int(oid, 'oid')
+        with self._lock:
+            rows = self._adapter.history.object_history(
+                self._store_cursor_(), oid_int, max(size, 1))
+        if not rows:
+            raise POSException.POSKeyError(oid)
+        result = []
+        for tid, state_size, user, description, extension in rows:
+            info = _transaction_info(tid, user, description, extension)
+            del info['id']
+            info.update(tid=p64(tid), serial=p64(tid), size=state_size,
+                        version='')
+            result.append(info)
+        return result
+
+    def lastTransaction(self):
+        with self._lock:
+            if self._snapshot_tid is None:
+                self._snapshot_cursor()
+            return max(p64(self._snapshot_tid), self._ltid)
+
+    def __len__(self):
+        with self._lock:
+            return self._adapter.mover.object_count(self._store_cursor_())
+
+    def getSize(self):
+        path = getattr(self._adapter, 'path', None)
+        size = 0
+        if path:
+            for suffix in ('', '-wal'):
+                try:
+                    size += os.path.getsize(path + suffix)
+                except OSError:
+                    pass
+        return size
+
+    def getName(self):
+        return self._name
+
+    def sortKey(self):
+        return self._adapter.describe()
+
+    def isReadOnly(self):
+        return self._options.read_only
+
+    def supportsUndo(self):
+        return self._options.keep_history
+
+    def __repr__(self):
+        return f'<{type(self).__name__} {self._name}>'
+
+    # -- iteration -----------------------------------------------------
+
+    def iterator(self, start=None, stop=None):
+        return TransactionIterator(
+            self._adapter,
+            None if start is None else id_to_int(start, 'start'),
+            None if stop is None else id_to_int(stop, 'stop'))
+
+    def record_iternext(self, next=None):
+        start = 0 if next is None else id_to_int(next, 'next')
+        with self._lock:
+            rows = self._adapter.mover.iter_current(
+                self._store_cursor_(), start, 2)
+        if not rows:
+            raise ValueError('no objects at or after that oid')
+        oid, tid, state = rows[0]
+        next_oid = p64(rows[1][0]) if len(rows) > 1 else None
+        return p64(oid), p64(tid), state, next_oid
+
+    # -- committing ----------------------------------------------------
+
+    def new_oid(self):
+        if self._options.read_only:
+            raise POSException.ReadOnlyError()
+        self._check_open()
+        with self._adapter.connmanager.translate():
+            return p64(self._oids.take())
+
+    def _pending(self, transaction):
+        """The commit in progress for ``transaction``, or
+        StorageTransactionError."""
+        txn = self._txn
+        if txn is None or txn.transaction is not transaction:
+            raise POSException.StorageTransactionError(
+                self, transaction,
+                'this transaction is not being committed by this storage')
+        return txn
+
+    def _writable(self, transaction):
+        if self._options.read_only:
+            raise POSException.ReadOnlyError()
+        return self._pending(transaction)
+
+    def tpc_begin(self, transaction, tid=None, status=' '):
+        if self._options.read_only:
+            raise POSException.ReadOnlyError()
+        requested = None if tid is None else id_to_int(tid, 'tid')
+        with self._lock:
+            self._check_open()
+            if self._txn is not None and (
+                    self._txn.transaction is transaction):
+                raise POSException.StorageTransactionError(
+                    'Duplicate tpc_begin calls for same transaction')
+            deadline = time.monotonic() + self._options.commit_lock_timeout
+            while self._txn is not None:
+                # Another thread is committing through this instance.
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._commit_done.wait(remaining):
+                    raise CommitLockTimeoutError(
+                        f'{self._name}: another thread kept this storage '
+                        f'committing for longer than commit-lock-timeout '
+                        f'({self._options.commit_lock_timeout:g}s)')
+            cursor = self._store_cursor_()
+            self._adapter.mover.clear_temp(cursor)
+            self._txn = PendingTransaction(transaction, requested, status)
+
+    def _stage(self, txn, oid_int, prev_tid, state, data_txn=0):
+        txn.add(oid_int, prev_tid, state, data_txn)
+        if txn.needs_spill():
+            txn.upload(self._adapter, self._store_cursor)
+
+    def store(self, oid, serial, data, version, transaction):
+        with self._lock:
+            txn = self._writable(transaction)
+            if version:
+                raise POSException.Unsupported('versions are not supported')
+            oid_int = id_to_int(oid, 'oid')
+            if serial is None:
+                prev = 0
+            else:
+                prev = id_to_int(serial, f'serial of oid {oid!r}')
+            if not isinstance(data, bytes):
+                raise POSException.StorageError(
+                    f'store(): the data of oid {oid!r} is a '
+                    f'{type(data).__name__}, not bytes')
+            self._stage(txn, oid_int, prev, data)
+
+    def restore(self, oid, serial, data, version, prev_txn, transaction):
+        with self._lock:
+            txn = self._writable(transaction)
+            if version:
+                raise POSException.Unsupported('versions are not supported')
+            oid_int = id_to_int(oid, 'oid')
+            data_txn = 0 if not prev_txn else id_to_int(
+                prev_txn, f'prev_txn of oid {oid!r}')
+            if data is None and data_txn:
+                data = self._adapter.mover.load_revision(
+                    self._store_cursor, oid_int, data_txn)
+                if data is None:
+                    raise POSException.POSKeyError(
+                        f'restore(): oid {oid!r} refers to the data of '
+                        f'transaction {prev_txn!r}, which is not stored')
+            elif data is not None and not isinstance(data, bytes):
+                raise POSException.StorageError(
+                    f'restore(): the data of oid {oid!r} is a '
+                    f'{type(data).__name__}, not bytes')
+            self._stage(txn, oid_int, None, data, data_txn)
+
+    def deleteObject(self, oid, oldserial, transaction):
+        with self._lock:
+            txn = self._writable(transaction)
+            self._stage(txn, id_to_int(oid, 'oid'),
+                        id_to_int(oldserial, f'serial of oid {oid!r}'), None)
+
+    def checkCurrentSerialInTransaction(self, oid, serial, transaction):
+        with self._lock:
+            txn = self._pending(transaction)
+            txn.read_current[id_to_int(oid, 'oid')] = id_to_int(
+                serial, f'serial of oid {oid!r}')
+
+    def tpc_vote(self, transaction):
+        with self._lock:
+            txn = self._pending(transaction)
+            if txn.voted:
+                return txn.resolved
+            with self._adapter.connmanager.translate():
+                return txn.vote(self, self._adapter, self._store_cursor)
+
+    def tpc_finish(self, transaction, f=None):
+        with self._lock:
+            txn = self._pending(transaction)
+            if not txn.voted:
+                self.tpc_vote(transaction)
+            with self._adapter.connmanager.translate():
+                tid = txn.finish(
+                    self._adapter, self._store_conn, self._store_cursor)
+            self._ltid = tid_bytes = p64(tid)
+            self._own_tids.add(tid)
+            if not self._options.keep_history:
+                for oid, state in txn.committed_states().items():
+                    self._recent.remember(oid, tid, state)
+            if txn.max_oid >= 0:
+                self._oids.discard_through(txn.max_oid)
+            try:
+                if f is not None:
+                    f(tid_bytes)
+            finally:
+                self._txn = None
+                self._end_snapshot()
+                self._commit_done.notify_all()
+            return tid_bytes
+
+    def tpc_abort(self, transaction):
+        with self._lock:
+            if self._txn is None or self._txn.transaction is not transaction:
+                return
+            self._abort()
+
+    def _abort(self):
+        try:
+            if self._store_conn is not None:
+                self._adapter.connmanager.rollback(
+                    self._store_conn, self._store_cursor)
+        finally:
+            self._txn = None
+            self._end_snapshot()
+            self._commit_done.notify_all()
+
+    def tpc_transaction(self):
+        txn = self._txn
+        return None if txn is None else txn.transaction
+
+    # -- undo (history-preserving only) ---------------------------------
+
+    def undo(self, transaction_id, transaction):
+        with self._lock:
+            txn = self._writable(transaction)
+            if not self._options.keep_history:
+                raise POSException.UndoError(
+                    'undo needs a history-preserving storage (keep-history)')
+            return _undo.undo(
+                self, self._adapter, self._store_cursor, txn, transaction_id)
+
+    def undoLog(self, first=0, last=-20, filter=None):
+        if last < 0:
+            last = first - last
+        wanted = last - first
+        if wanted <= 0 or not self._options.keep_history:
+            return []
+        result = []
+        skipped = 0
+        offset = 0
+        page = max(wanted + first, 50) if filter is None else 100
+        while len(result) < wanted:
+            with self._lock:
+                rows = self._adapter.history.undo_log(
+                    self._store_cursor_(), offset, page)
+            if not rows:
+                break
+            offset += len(rows)
+            for row in rows:
+                info = _transaction_info(*row)
+                if filter is not None and not filter(info):
+                    continue
+                if skipped < first:
+                    skipped += 1
+                    continue
+                result.append(info)
+                if len(result) == wanted:
+                    break
+        return result
+
+    def undoInfo(self, first=0, last=-20, specification=None):
+        flt = None
+        if specification:
+            def flt(info, spec=tuple(specification.items())):
+                return all(info.get(k) == v for k, v in spec)
+        return self.undoLog(first, last, flt)
+
+    # -- misc ----------------------------------------------------------
+
+    def pack(self, t, referencesf, gc=True):
+        from relstorage.pack import pack
+        if self._options.read_only:
+            raise POSException.ReadOnlyError()
+        pack(self, t, referencesf, gc)
+
+    def copyTransactionsFrom(self, other):
+        from ZODB.BaseStorage import copy
+        copy(other, self)

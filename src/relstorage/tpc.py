@@ -1,0 +1,184 @@
+"""One commit in progress: what it stores, and how vote and finish publish it.
+
+The path of a commit (see docs/architecture.rst):
+
+1. ``store``/``restore``/``deleteObject``/``undo`` add rows to an in-memory
+   buffer; past ``SPILL_BYTES`` the buffer is uploaded in bulk to the
+   connection's staging table, so a huge transaction does not sit in memory.
+2. ``vote`` uploads the rest, takes the object locks (no waiting past
+   commit-lock-timeout), checks read-current objects, finds conflicts with
+   one join and resolves them with ZODB's own conflict resolution.
+3. ``finish`` takes the commit lock, lets the database clock choose the
+   transaction id, moves the staged rows into place and commits.  The
+   commit lock is held only for that last step.
+"""
+from ZODB.POSException import ConflictError
+from ZODB.POSException import ReadConflictError
+from ZODB.POSException import StorageTransactionError
+from ZODB.utils import p64
+
+from relstorage.tids import choose_tid
+
+#: Buffered pickle bytes past which rows are uploaded before vote.
+SPILL_BYTES = 8 * 1024 * 1024
+
+
+def _as_bytes(text):
+    if isinstance(text, bytes):
+        return text
+    return (text or '').encode('utf-8')
+
+
+def _extension_bytes(transaction):
+    ext = getattr(transaction, 'extension_bytes', None)
+    if ext is not None:
+        return ext
+    # A transaction.Transaction rather than ZODB's TransactionMetaData.
+    from ZODB.Connection import TransactionMetaData
+    return TransactionMetaData(
+        extension=getattr(transaction, 'extension', None) or {}
+    ).extension_bytes
+
+
+class PendingTransaction:
+    """The storage-side state of one transaction between tpc_begin and
+    tpc_finish or tpc_abort."""
+
+    def __init__(self, transaction, tid=None, status=' '):
+        self.transaction = transaction
+        self.requested_tid = tid
+        self.status = status
+        self.user = _as_bytes(getattr(transaction, 'user', b''))
+        self.description = _as_bytes(getattr(transaction, 'description', b''))
+        self.extension = _extension_bytes(transaction)
+        self.read_current = {}
+        self.resolved = []
+        self.voted = False
+        self.max_oid = -1
+        self._rows = {}          # oid -> (prev_tid, state, data_txn)
+        self._order = {}         # oid -> position in store order
+        self._buffered = 0
+        self._spilled = False
+        self._committed_states = None
+
+    # -- phase 1 -------------------------------------------------------
+
+    def add(self, oid, prev_tid, state, data_txn=0):
+        """Stage one row; a later row for the same oid replaces it.
+        ``prev_tid`` None means "restore": no conflict check."""
+        if oid not in self._order:
+            self._order[oid] = len(self._order)
+        self._rows[oid] = (prev_tid, state, data_txn)
+        if oid > self.max_oid:
+            self.max_oid = oid
+        if state is not None:
+            self._buffered += len(state)
+
+    def needs_spill(self):
+        return self._buffered >= SPILL_BYTES
+
+    def upload(self, adapter, cursor):
+        """Send the buffered rows to the staging table in one bulk call."""
+        if not self._rows:
+            return
+        order = self._order
+        adapter.mover.upload_temp(cursor, [
+            (oid, prev, state, data_txn, order[oid])
+            for oid, (prev, state, data_txn) in self._rows.items()])
+        self._rows = {}
+        self._buffered = 0
+        self._spilled = True
+
+    def pending(self, adapter, cursor, oid):
+        """``(prev_tid, state)`` staged for ``oid`` in this transaction, or
+        None."""
+        row = self._rows.get(oid)
+        if row is not None:
+            return row[0], row[1]
+        if self._spilled and oid in self._order:
+            return adapter.mover.load_temp(cursor, oid)
+        return None
+
+    def states(self):
+        """``{oid: state}`` of the rows still in memory (all of them unless
+        the transaction was large enough to spill)."""
+        return {oid: row[1] for oid, row in self._rows.items()}
+
+    @property
+    def oids(self):
+        return self._order.keys()
+
+    # -- phase 2 -------------------------------------------------------
+
+    def vote(self, storage, adapter, cursor):
+        """Lock, check and resolve; returns the oids whose data conflict
+        resolution changed."""
+        mover = adapter.mover
+        memory = self.states() if not self._spilled else None
+        self.upload(adapter, cursor)
+        adapter.locker.lock_for_vote(cursor, sorted(self.read_current))
+        self._check_requested_tid(adapter, cursor)
+        if self.read_current:
+            current = mover.current_tids(cursor, list(self.read_current))
+            for oid, expected in sorted(self.read_current.items()):
+                committed = current.get(oid, 0)
+                if committed != expected:
+                    raise ReadConflictError(
+                        oid=p64(oid), serials=(p64(committed), p64(expected)))
+        for oid, committed_tid, prev_tid, state in mover.detect_conflicts(
+                cursor):
+            if state is None or committed_tid == 0:
+                # A deletion cannot be merged, nor can a change to an
+                # object that no longer exists.
+                raise ConflictError(
+                    oid=p64(oid), serials=(p64(committed_tid), p64(prev_tid)),
+                    data=state)
+            committed = mover.load_current(cursor, oid)
+            committed_state = committed[0] if committed else None
+            if committed_state is None:
+                raise ConflictError(
+                    oid=p64(oid), serials=(p64(committed_tid), p64(prev_tid)),
+                    data=state)
+            resolved = storage.tryToResolveConflict(
+                p64(oid), p64(committed_tid), p64(prev_tid), state,
+                committed_state)
+            mover.replace_temp(cursor, oid, committed_tid, resolved)
+            if memory is not None:
+                memory[oid] = resolved
+            self.resolved.append(p64(oid))
+        self.voted = True
+        self._committed_states = memory
+        return self.resolved
+
+    def _check_requested_tid(self, adapter, cursor):
+        if self.requested_tid is None:
+            return
+        last = adapter.poller.last_tid(cursor)
+        if self.requested_tid <= last:
+            raise StorageTransactionError(
+                f'cannot commit with tid {p64(self.requested_tid)!r}: it is '
+                f'not later than the last committed tid {p64(last)!r}')
+
+    # -- phase 3 -------------------------------------------------------
+
+    def finish(self, adapter, conn, cursor):
+        """Publish under the commit lock and commit; returns the int tid."""
+        adapter.locker.hold_commit_lock(cursor)
+        self._check_requested_tid(adapter, cursor)
+        if self.requested_tid is not None:
+            tid = self.requested_tid
+        else:
+            last = adapter.poller.last_tid(cursor)
+            tid = choose_tid(adapter.txncontrol.now(cursor), last)
+        adapter.txncontrol.record_transaction(
+            cursor, tid, self.user, self.description, self.extension,
+            self.status)
+        adapter.mover.move_from_temp(cursor, tid)
+        if self.max_oid >= 0:
+            adapter.oids.ensure_above(cursor, self.max_oid)
+        adapter.connmanager.commit(conn, cursor)
+        return tid
+
+    def committed_states(self):
+        """``{oid: state}`` as committed, when known without a query."""
+        return self._committed_states or {}
