@@ -48,28 +48,30 @@ def open_storage(backend, database, keep_history):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Print how many of ZODB's conformance tests ran, per suite, so that a
-    silent loss of collected mixin methods shows."""
+    """Print how many of ZODB's conformance tests ran, per backend and
+    suite, so that a silent loss of collected mixin methods shows."""
     counts = {}
     for outcome in ('passed', 'failed', 'skipped', 'error'):
         for report in terminalreporter.stats.get(outcome, ()):
-            if getattr(report, 'when', 'call') != 'call' and \
-                    outcome != 'error':
+            nodeid = getattr(report, 'nodeid', '')
+            if 'test_conformance.py::' not in nodeid or '[' not in nodeid:
                 continue
-            nodeid = report.nodeid
-            if 'test_conformance.py::' not in nodeid:
+            if outcome != 'error' and report.when not in ('call', 'setup'):
                 continue
-            func = nodeid.split('::', 1)[1].split('[', 1)[0]
-            params = nodeid.split('[', 1)[1].rsplit('-', 1)[0]
-            key = f'{func}[{params}]'
-            counts.setdefault(key, {}).setdefault(outcome, 0)
-            counts[key][outcome] += 1
+            if outcome == 'passed' and report.when != 'call':
+                continue
+            params = nodeid.split('[', 1)[1].rstrip(']')
+            backend, _, test = params.partition('-')
+            key = f'{backend}: {test.split(".", 1)[0]}'
+            per = counts.setdefault(key, {})
+            per[outcome] = per.get(outcome, 0) + 1
     if counts:
         terminalreporter.write_sep('-', 'ZODB conformance tests by suite')
         total = 0
         for key in sorted(counts):
             ran = sum(counts[key].values())
             total += ran
-            detail = ', '.join(f'{n} {o}' for o, n in sorted(counts[key].items()))
+            detail = ', '.join(
+                f'{n} {o}' for o, n in sorted(counts[key].items()))
             terminalreporter.write_line(f'{key}: {ran} ({detail})')
-        terminalreporter.write_line(f'total ZODB mixin tests run: {total}')
+        terminalreporter.write_line(f'ZODB mixin tests in total: {total}')

@@ -1,6 +1,178 @@
-"""Packing: placeholder until the pack pipeline lands."""
-from ZODB.POSException import Unsupported
+"""Packing: remove what no one can reach any more, without stopping writers.
+
+The pipeline, on a database connection of its own:
+
+1. **Analysis** (one read snapshot; writes only helper tables): choose the
+   pack tid, record every object's newest revision at or before it, and --
+   with garbage collection -- store the references of those revisions in a
+   helper table and walk the graph from the root and from everything written
+   after the pack tid.  Objects not reached, and objects deleted as of the
+   pack tid, are recorded as garbage.
+2. **Deletion**, in small batches, each its own short write transaction,
+   with a pause after each batch as long as the batch took (a 50% duty
+   cycle), so that other clients keep committing while a pack runs.
+   History-preserving: revisions older than each object's kept revision go,
+   and every revision up to the pack tid of a garbage object.  Then
+   transactions up to the pack tid are marked packed (no longer undoable)
+   and those left without data are removed.
+
+Progress is logged at INFO level.
+"""
+import logging
+import time
+
+from ZODB.utils import u64
+
+from relstorage.tids import tid_for_time
+
+log = logging.getLogger(__name__)
+
+#: Objects per analysis page and per deletion batch.
+BATCH = 1000
+#: Fraction of wall time the deletion phase may keep the database busy.
+DUTY_CYCLE = 0.5
+#: Seconds between progress messages.
+PROGRESS_EVERY = 5.0
+
+
+class _Progress:
+
+    def __init__(self, what, total=None):
+        self.what = what
+        self.total = total
+        self.done = 0
+        self._next = time.monotonic() + PROGRESS_EVERY
+
+    def add(self, count):
+        self.done += count
+        if time.monotonic() >= self._next:
+            self._next = time.monotonic() + PROGRESS_EVERY
+            of = f' of {self.total}' if self.total is not None else ''
+            log.info('pack: %s: %d%s', self.what, self.done, of)
 
 
 def pack(storage, t, referencesf, gc=True):
-    raise Unsupported('pack is not implemented yet')
+    """Pack ``storage``'s database to time ``t`` (seconds since the
+    epoch)."""
+    adapter = storage._adapter
+    cm = adapter.connmanager
+    conn, cursor = cm.open_store()
+    try:
+        with cm.translate():
+            pack_tid = _analyse(adapter, conn, cursor, t, referencesf, gc)
+            if pack_tid is not None:
+                _delete(adapter, conn, cursor, pack_tid)
+    finally:
+        cm.close(conn, cursor)
+    # States remembered for conflict resolution may be of packed revisions.
+    storage._recent.clear()
+
+
+def _analyse(adapter, conn, cursor, t, referencesf, gc):
+    cm = adapter.connmanager
+    packer = adapter.packer
+    cm.begin_snapshot(conn, cursor)
+    last = adapter.poller.last_tid(cursor)
+    pack_tid = min(tid_for_time(t), last)
+    if pack_tid <= 0:
+        cm.rollback(conn, cursor)
+        log.info('pack: nothing committed before the pack time')
+        return None
+    started = time.monotonic()
+    packer.prepare(cursor)
+    total = packer.fill(cursor, pack_tid)
+    log.info('pack: %d objects have revisions up to the pack time', total)
+    reachable = _reachable(packer, cursor, pack_tid, referencesf, total) \
+        if gc else None
+    garbage = 0
+    after = -1
+    while True:
+        rows = packer.pack_oids(cursor, after, BATCH)
+        if not rows:
+            break
+        after = rows[-1][0]
+        found = [zoid for zoid, deleted in rows
+                 if deleted or (reachable is not None
+                                and zoid not in reachable)]
+        packer.add_garbage(cursor, found)
+        garbage += len(found)
+    cm.commit(conn, cursor)
+    log.info('pack: analysis done in %.1fs: %d of %d objects are garbage',
+             time.monotonic() - started, garbage, total)
+    return pack_tid
+
+
+def _reachable(packer, cursor, pack_tid, referencesf, total):
+    """The set of zoids reachable from the root as of the pack tid, or
+    kept alive by revisions written after it."""
+    reachable = {0}
+    after = (-1, -1)
+    while True:
+        rows = packer.newer_states(cursor, pack_tid, after, BATCH)
+        if not rows:
+            break
+        after = rows[-1][:2]
+        for zoid, _, state in rows:
+            reachable.add(zoid)
+            if state is not None:
+                reachable.update(u64(ref) for ref in referencesf(state))
+    progress = _Progress('references analysed', total)
+    after = -1
+    while True:
+        rows = packer.kept_states(cursor, after, BATCH)
+        if not rows:
+            break
+        after = rows[-1][0]
+        packer.add_refs(cursor, [
+            (zoid, u64(ref))
+            for zoid, state in rows for ref in referencesf(state)])
+        progress.add(len(rows))
+    frontier = list(reachable)
+    while frontier:
+        chunk = frontier[-500:]
+        del frontier[-500:]
+        for ref in packer.refs_of(cursor, chunk):
+            if ref not in reachable:
+                reachable.add(ref)
+                frontier.append(ref)
+    return reachable
+
+
+def _delete(adapter, conn, cursor, pack_tid):
+    cm = adapter.connmanager
+    packer = adapter.packer
+
+    def batches(fetch, apply, what):
+        progress = _Progress(what)
+        after = -1
+        while True:
+            rows = fetch(cursor, after, BATCH)
+            if not rows:
+                return
+            last = rows[-1]
+            after = last[0] if isinstance(last, tuple) else last
+            started = time.monotonic()
+            cm.begin_write(cursor, 'packing')
+            try:
+                apply(rows)
+                cm.commit(conn, cursor)
+            except BaseException:
+                cm.rollback(conn, cursor)
+                raise
+            progress.add(len(rows))
+            busy = time.monotonic() - started
+            time.sleep(busy * (1.0 - DUTY_CYCLE) / DUTY_CYCLE)
+
+    batches(packer.garbage,
+            lambda zoids: packer.delete_garbage(cursor, zoids, pack_tid),
+            'garbage objects removed')
+    batches(packer.old_revisions,
+            lambda rows: packer.delete_old_revisions(cursor, rows),
+            'objects with old revisions removed')
+    cm.begin_write(cursor, 'packing')
+    try:
+        packer.finish(cursor, pack_tid)
+        cm.commit(conn, cursor)
+    except BaseException:
+        cm.rollback(conn, cursor)
+        raise

@@ -398,7 +398,8 @@ class RelStorage(ConflictResolvingStorage):
             self._txn = PendingTransaction(transaction, requested, status)
 
     def _stage(self, txn, oid_int, prev_tid, state, data_txn=0):
-        txn.add(oid_int, prev_tid, state, data_txn)
+        txn.add(oid_int, prev_tid, state, data_txn,
+                self._store_cursor, self._adapter)
         if txn.needs_spill():
             txn.upload(self._adapter, self._store_cursor)
 

@@ -57,17 +57,32 @@ class PendingTransaction:
         self.max_oid = -1
         self._rows = {}          # oid -> (prev_tid, state, data_txn)
         self._order = {}         # oid -> position in store order
+        self._next_ord = 0
+        self.superseded = []     # (oid, state, data_txn, ord) of restores
         self._buffered = 0
         self._spilled = False
         self._committed_states = None
 
     # -- phase 1 -------------------------------------------------------
 
-    def add(self, oid, prev_tid, state, data_txn=0):
-        """Stage one row; a later row for the same oid replaces it.
-        ``prev_tid`` None means "restore": no conflict check."""
+    def add(self, oid, prev_tid, state, data_txn=0, cursor=None,
+            adapter=None):
+        """Stage one row.  A later row for the same oid replaces it, except
+        in a restore (``prev_tid`` None, no conflict check), where the
+        earlier record is kept as superseded: a copied FileStorage
+        transaction may hold two records of one object, and the iterator
+        gives both back."""
+        if oid in self._order and prev_tid is None:
+            earlier = self._rows.get(oid)
+            if earlier is None:
+                staged = adapter.mover.load_temp(cursor, oid)
+                earlier = (staged[0], staged[1], staged[2])
+            self.superseded.append(
+                (oid, earlier[1], earlier[2], self._order[oid]))
+            del self._order[oid]
         if oid not in self._order:
-            self._order[oid] = len(self._order)
+            self._order[oid] = self._next_ord
+            self._next_ord += 1
         self._rows[oid] = (prev_tid, state, data_txn)
         if oid > self.max_oid:
             self.max_oid = oid
@@ -96,7 +111,7 @@ class PendingTransaction:
         if row is not None:
             return row[0], row[1]
         if self._spilled and oid in self._order:
-            return adapter.mover.load_temp(cursor, oid)
+            return adapter.mover.load_temp(cursor, oid)[:2]
         return None
 
     def states(self):
@@ -174,6 +189,8 @@ class PendingTransaction:
             cursor, tid, self.user, self.description, self.extension,
             self.status)
         adapter.mover.move_from_temp(cursor, tid)
+        if self.superseded:
+            adapter.mover.store_superseded(cursor, tid, self.superseded)
         if self.max_oid >= 0:
             adapter.oids.ensure_above(cursor, self.max_oid)
         adapter.connmanager.commit(conn, cursor)

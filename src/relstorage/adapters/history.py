@@ -11,7 +11,7 @@ class History:
     OBJECT_HISTORY = None    # (oid, limit) -> tid, size, user, desc, ext
     UNDOABLE_RECORDS = None  # (tid,) -> oid, current_tid, before_tid
     TRANSACTIONS = None      # (start, stop, limit) -> tid, status, u, d, e
-    RECORDS = None           # (tid,) -> oid, state, data_txn
+    RECORDS = None           # (tid,) -> oid, state, data_txn, ord
 
     def undo_log(self, cursor, offset, limit):
         if self.UNDO_LOG is None:
@@ -37,4 +37,4 @@ class History:
     def records(self, cursor, tid):
         cursor.execute(self.RECORDS, (tid,))
         return [(oid, _bytes(state), data_txn)
-                for oid, state, data_txn in cursor.fetchall()]
+                for oid, state, data_txn, _ in cursor.fetchall()]

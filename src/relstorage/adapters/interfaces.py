@@ -38,6 +38,7 @@ class IAdapter(Interface):
     poller = Attribute("IPoller")
     txncontrol = Attribute("ITransactionControl")
     history = Attribute("IHistory")
+    packer = Attribute("IPacker")
 
     def configure(options):
         """Bind the adapter to a relstorage.options.Options.
@@ -81,6 +82,12 @@ class IConnectionManager(Interface):
         """Start a read-only transaction whose snapshot stays fixed until
         ``rollback``; returns nothing.  The first statement run on
         ``cursor`` afterwards fixes the snapshot."""
+
+    def begin_write(cursor, what):
+        """Start a transaction that will write, waiting at most
+        commit-lock-timeout for the database to allow it (``what`` names the
+        work in the timeout message).  A no-op where every transaction may
+        write."""
 
     def rollback(conn, cursor):
         """End the current transaction, discarding any changes; quiet if
@@ -179,7 +186,13 @@ class IObjectMover(Interface):
         """Replace one staged row's state after conflict resolution."""
 
     def load_temp(cursor, oid):
-        """``(prev_tid, state)`` of the staged row for ``oid``, or None."""
+        """``(prev_tid, state, data_txn)`` of the staged row for ``oid``, or
+        None."""
+
+    def store_superseded(cursor, tid, rows):
+        """History-preserving: keep ``(oid, state, data_txn, ord)`` records
+        that a restored transaction wrote before a later record of the same
+        object, for the iterator only."""
 
     def move_from_temp(cursor, tid):
         """Publish every staged row as written by ``tid``."""
@@ -261,3 +274,56 @@ class IHistory(Interface):
     def records(cursor, tid):
         """``[(oid, state, data_txn)]`` written by ``tid``, in the order they
         were stored."""
+
+
+class IPacker(Interface):
+    """The SQL of packing (driven by relstorage.pack).  Works on a
+    connection of its own: the analysis in one read snapshot, each deletion
+    batch in its own short write transaction."""
+
+    def prepare(cursor):
+        """Create (if needed) and empty the helper tables."""
+
+    def fill(cursor, pack_tid):
+        """Record in ``pack_object`` every object with a revision at or
+        before ``pack_tid``: the newest such revision (``keep_tid``), whether
+        its state is a deletion, and whether older revisions exist.  Returns
+        how many objects were recorded."""
+
+    def kept_states(cursor, after_zoid, limit):
+        """``[(zoid, state)]`` of the kept revisions, by zoid, after
+        ``after_zoid``."""
+
+    def newer_states(cursor, pack_tid, after, limit):
+        """``[(zoid, tid, state)]`` of revisions later than ``pack_tid``,
+        ordered by (zoid, tid), after the pair ``after``."""
+
+    def add_refs(cursor, refs):
+        """Store ``(zoid, to_zoid)`` reference pairs in ``pack_ref``."""
+
+    def refs_of(cursor, zoids):
+        """The zoids referenced by the kept revisions of ``zoids``."""
+
+    def pack_oids(cursor, after_zoid, limit):
+        """``[(zoid, keep_is_deletion)]`` from ``pack_object`` by zoid."""
+
+    def add_garbage(cursor, zoids):
+        """Record zoids whose revisions up to the pack tid all go."""
+
+    def garbage(cursor, after_zoid, limit):
+        """The recorded garbage zoids, by zoid."""
+
+    def delete_garbage(cursor, zoids, pack_tid):
+        """Remove every revision at or before ``pack_tid`` of ``zoids`` (and
+        the current-object entry of those that have nothing left)."""
+
+    def old_revisions(cursor, after_zoid, limit):
+        """``[(zoid, keep_tid)]`` of kept objects that have revisions older
+        than ``keep_tid``, by zoid.  (History-free: none.)"""
+
+    def delete_old_revisions(cursor, rows):
+        """Remove the revisions older than ``keep_tid`` for each row."""
+
+    def finish(cursor, pack_tid):
+        """Mark transactions up to ``pack_tid`` packed and remove those left
+        without data."""

@@ -34,7 +34,8 @@ class ObjectMover:
     UPLOAD_TEMP = None           # (oid, prev_tid, state, size, data_txn, ord)
     DETECT_CONFLICTS = None      # -> oid, committed_tid, prev_tid, state
     REPLACE_TEMP = None          # (prev_tid, state, size, oid)
-    LOAD_TEMP = None             # (oid) -> prev_tid, state
+    LOAD_TEMP = None             # (oid) -> prev_tid, state, data_txn
+    STORE_SUPERSEDED = None      # (oid, tid, state, size, data_txn, ord)
     MOVE_FROM_TEMP = ()          # statements, each taking (tid,)
     OBJECT_COUNT = None
     ITER_CURRENT = None          # (start_oid, limit) -> oid, tid, state
@@ -107,7 +108,16 @@ class ObjectMover:
     def load_temp(self, cursor, oid):
         cursor.execute(self.LOAD_TEMP, (oid,))
         row = cursor.fetchone()
-        return None if row is None else (row[0], _bytes(row[1]))
+        return None if row is None else (row[0], _bytes(row[1]), row[2])
+
+    def store_superseded(self, cursor, tid, rows):
+        if self.STORE_SUPERSEDED is None:
+            # History-free: only the current state is kept anyway.
+            return
+        cursor.executemany(self.STORE_SUPERSEDED, [
+            (oid, tid, state, 0 if state is None else len(state), data_txn,
+             ord_)
+            for oid, state, data_txn, ord_ in rows])
 
     def move_from_temp(self, cursor, tid):
         for stmt in self.MOVE_FROM_TEMP:

@@ -14,6 +14,7 @@ from zope.interface import implementer
 
 from . import history
 from . import objects
+from . import pack
 from . import poll
 from . import transactions
 from .connection import DB_FILENAME
@@ -82,11 +83,13 @@ class SQLiteAdapter:
             self.poller = poll.HistoryPreservingPoller()
             self.txncontrol = transactions.HistoryPreservingTransactionControl()
             self.history = history.HistoryPreservingHistory()
+            self.packer = pack.HistoryPreservingPacker()
         else:
             self.mover = objects.HistoryFreeMover()
             self.poller = poll.HistoryFreePoller()
             self.txncontrol = transactions.HistoryFreeTransactionControl()
             self.history = history.HistoryFreeHistory()
+            self.packer = pack.HistoryFreePacker()
 
     def describe(self):
         return f'sqlite3:{self.path}'

@@ -34,9 +34,12 @@ class HistoryPreservingHistory(History):
         ORDER BY tid
         LIMIT ?"""
     RECORDS = """
-        SELECT zoid, state, data_txn FROM object_state
-        WHERE tid = ?
-        ORDER BY ord, zoid"""
+        SELECT zoid, state, data_txn, ord FROM object_state
+        WHERE tid = ?1
+        UNION ALL
+        SELECT zoid, state, data_txn, ord FROM superseded_state
+        WHERE tid = ?1
+        ORDER BY 4, 1"""
 
 
 class HistoryFreeHistory(History):
@@ -51,6 +54,6 @@ class HistoryFreeHistory(History):
         ORDER BY tid
         LIMIT ?"""
     RECORDS = """
-        SELECT zoid, state, 0 FROM object_state
+        SELECT zoid, state, 0, 0 FROM object_state
         WHERE tid = ?
         ORDER BY zoid"""

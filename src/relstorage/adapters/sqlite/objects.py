@@ -13,10 +13,16 @@ class _SQLiteMover(ObjectMover):
         UPDATE temp_store SET prev_tid = ?, state = ?, state_size = ?,
             data_txn = 0
         WHERE zoid = ?"""
-    LOAD_TEMP = 'SELECT prev_tid, state FROM temp_store WHERE zoid = ?'
+    LOAD_TEMP = (
+        'SELECT prev_tid, state, data_txn FROM temp_store WHERE zoid = ?')
 
 
 class HistoryPreservingMover(_SQLiteMover):
+
+    STORE_SUPERSEDED = """
+        INSERT INTO superseded_state
+            (zoid, tid, state, state_size, data_txn, ord)
+        VALUES (?, ?, ?, ?, ?, ?)"""
 
     LOAD_CURRENT = """
         SELECT o.state, o.tid

@@ -47,6 +47,19 @@ CREATE TABLE object_state (
 );
 CREATE INDEX object_state_tid ON object_state (tid);
 
+-- Records a restored transaction wrote for an object before its last record
+-- of that object (a copied FileStorage transaction can hold several).  No
+-- load sees them; the iterator returns them so that a copy is faithful.
+CREATE TABLE superseded_state (
+    zoid            INTEGER NOT NULL,
+    tid             INTEGER NOT NULL,
+    state           BLOB,
+    state_size      INTEGER NOT NULL,
+    data_txn        INTEGER NOT NULL DEFAULT 0,
+    ord             INTEGER NOT NULL
+);
+CREATE INDEX superseded_state_tid ON superseded_state (tid);
+
 -- The current revision of each object.
 CREATE TABLE current_object (
     zoid            INTEGER PRIMARY KEY,

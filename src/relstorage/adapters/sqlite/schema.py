@@ -10,7 +10,7 @@ SCHEMA_VERSION = 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 TABLES = ('schema_version', 'commit_row', 'oid_counter', 'transaction_log',
-          'object_state', 'current_object')
+          'object_state', 'superseded_state', 'current_object')
 
 
 def ddl_statements(keep_history):
@@ -89,8 +89,8 @@ class SQLiteSchema:
             cm.begin_write(cursor, 'clearing the database')
             tables = {row[0] for row in cursor.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            for table in ('object_state', 'current_object',
-                          'transaction_log'):
+            for table in ('object_state', 'superseded_state',
+                          'current_object', 'transaction_log'):
                 if table in tables:
                     cursor.execute(f'DELETE FROM {table}')
             cursor.execute('UPDATE commit_row SET tid = 0')
