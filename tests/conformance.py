@@ -14,6 +14,7 @@ from ZODB.tests import ConflictResolution
 from ZODB.tests import HistoryStorage
 from ZODB.tests import IteratorStorage
 from ZODB.tests import MTStorage
+from ZODB.tests import PackableStorage
 from ZODB.tests import PersistentStorage
 from ZODB.tests import ReadOnlyStorage
 from ZODB.tests import RecoveryStorage
@@ -54,7 +55,8 @@ class HistoryFreeCase(
         ConflictResolution.ConflictResolvingStorage,
         PersistentStorage.PersistentStorage,
         MTStorage.MTStorage,
-        ReadOnlyStorage.ReadOnlyStorage):
+        ReadOnlyStorage.ReadOnlyStorage,
+        PackableStorage.PackableStorageWithOptionalGC):
     keep_history = False
 
 
@@ -72,7 +74,9 @@ class HistoryPreservingCase(
         RevisionStorage.RevisionStorage,
         HistoryStorage.HistoryStorage,
         IteratorStorage.IteratorStorage,
-        IteratorStorage.ExtendedIteratorStorage):
+        IteratorStorage.ExtendedIteratorStorage,
+        PackableStorage.PackableStorageWithOptionalGC,
+        PackableStorage.PackableUndoStorage):
     keep_history = True
     # We store the extension bytes given at commit and return them as they
     # were, like FileStorage.
