@@ -1,0 +1,223 @@
+"""What ZODB's conformance mixins do not cover: snapshots, read-current
+conflicts, reopening, bad values at store(), large transactions."""
+import pytest
+import transaction
+import ZODB
+from BTrees.OOBTree import OOBTree
+from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import ConflictError
+from ZODB.POSException import POSKeyError
+from ZODB.POSException import ReadConflictError
+from ZODB.POSException import StorageError
+from ZODB.tests.MinPO import MinPO
+from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.tests.StorageTestBase import zodb_unpickle
+from ZODB.utils import p64
+from ZODB.utils import z64
+
+import relstorage.tpc
+
+
+@pytest.fixture
+def db(open_storage):
+    database = ZODB.DB(open_storage())
+    yield database
+    database.close()
+
+
+def _two_connections(db):
+    tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+    return db.open(tm1), tm1, db.open(tm2), tm2
+
+
+def test_snapshot_is_stable_within_a_transaction(db):
+    c1, tm1, c2, tm2 = _two_connections(db)
+    c1.root()['a'] = PersistentMapping(v=1)
+    c1.root()['b'] = PersistentMapping(v=1)
+    tm1.commit()
+    tm2.begin()
+    a2 = c2.root()['a']
+    assert a2['v'] == 1
+    # Another connection changes both objects.
+    c1.root()['a']['v'] = 2
+    c1.root()['b']['v'] = 2
+    tm1.commit()
+    # c2 has not started a new transaction: b is read from its snapshot,
+    # consistent with the a it already read.
+    assert c2.root()['b']['v'] == 1
+    tm2.begin()
+    assert c2.root()['a']['v'] == 2
+    assert c2.root()['b']['v'] == 2
+
+
+def test_read_current_conflict(db):
+    c1, tm1, c2, tm2 = _two_connections(db)
+    c1.root()['checked'] = PersistentMapping(v=1)
+    c1.root()['written'] = PersistentMapping(v=1)
+    tm1.commit()
+    tm2.begin()
+    checked = c2.root()['checked']
+    value = checked['v']    # readCurrent needs a loaded object
+    c2.readCurrent(checked)
+    c2.root()['written']['v'] = value + 1
+    # Meanwhile the object c2 relies on changes.
+    c1.root()['checked']['v'] = 10
+    tm1.commit()
+    with pytest.raises(ReadConflictError):
+        tm2.commit()
+    tm2.abort()
+    assert c2.root()['written']['v'] == 1
+    # Retried on fresh data, it succeeds.
+    value = c2.root()['checked']['v']
+    c2.readCurrent(c2.root()['checked'])
+    c2.root()['written']['v'] = value + 1
+    tm2.commit()
+    tm1.begin()
+    assert c1.root()['written']['v'] == 11
+
+
+def test_btree_conflicts_are_resolved(db):
+    c1, tm1, c2, tm2 = _two_connections(db)
+    c1.root()['tree'] = OOBTree()
+    tm1.commit()
+    tm2.begin()
+    c1.root()['tree']['x'] = 1
+    c2.root()['tree']['y'] = 2
+    tm1.commit()
+    tm2.commit()    # same bucket, different keys: merged at vote
+    tm1.begin()
+    assert dict(c1.root()['tree']) == {'x': 1, 'y': 2}
+
+
+def test_unresolvable_conflict(db):
+    c1, tm1, c2, tm2 = _two_connections(db)
+    c1.root()['m'] = PersistentMapping(v=0)
+    tm1.commit()
+    tm2.begin()
+    c1.root()['m']['v'] = 1
+    c2.root()['m']['v'] = 2
+    tm1.commit()
+    with pytest.raises(ConflictError) as e:
+        tm2.commit()
+    assert 'PersistentMapping' in str(e.value)
+    tm2.abort()
+
+
+def test_reopen_keeps_every_committed_object(open_storage):
+    db = ZODB.DB(open_storage())
+    with db.transaction() as conn:
+        conn.root()['tree'] = tree = OOBTree()
+        for i in range(2000):
+            tree[i] = PersistentMapping(n=i)
+    with db.transaction() as conn:
+        for i in range(0, 2000, 7):
+            conn.root()['tree'][i]['n'] = -i
+    last = db.storage.lastTransaction()
+    db.close()
+    db = ZODB.DB(open_storage())
+    try:
+        assert db.storage.lastTransaction() == last
+        with db.transaction() as conn:
+            tree = conn.root()['tree']
+            assert len(tree) == 2000
+            for i in range(2000):
+                assert tree[i]['n'] == (-i if i % 7 == 0 else i)
+    finally:
+        db.close()
+
+
+def test_store_rejects_bad_values_naming_the_oid(open_storage):
+    storage = open_storage()
+    oid = storage.new_oid()
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    try:
+        with pytest.raises(StorageError, match=repr(oid).replace('\\', '\\\\')):
+            storage.store(oid, z64, 'not bytes', '', t)
+        with pytest.raises(ValueError, match='oid must be 8 bytes'):
+            storage.store(b'short', z64, b'data', '', t)
+        with pytest.raises(ValueError, match='larger than a database'):
+            storage.store(b'\xff' * 8, z64, b'data', '', t)
+    finally:
+        storage.tpc_abort(t)
+
+
+def test_large_transaction_is_staged_in_parts(open_storage, monkeypatch):
+    monkeypatch.setattr(relstorage.tpc, 'SPILL_BYTES', 2000)
+    storage = open_storage()
+    oids = [storage.new_oid() for _ in range(300)]
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    for i, oid in enumerate(oids):
+        storage.store(oid, z64, zodb_pickle(MinPO(i)), '', t)
+    storage.tpc_vote(t)
+    tid = storage.tpc_finish(t)
+    for i, oid in enumerate(oids):
+        data, serial = storage.load(oid)
+        assert zodb_unpickle(data) == MinPO(i) and serial == tid
+    # A conflict in a spilled row is still found at vote.
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    for i, oid in enumerate(oids):
+        storage.store(oid, z64 if i == 5 else tid, zodb_pickle(MinPO(-i)),
+                      '', t)
+    with pytest.raises(ConflictError):
+        storage.tpc_vote(t)
+    storage.tpc_abort(t)
+    assert zodb_unpickle(storage.load(oids[7])[0]) == MinPO(7)
+
+
+def test_poll_reports_others_changes_not_our_own(open_storage):
+    root = open_storage()
+    mine = root.new_instance()
+    other = root.new_instance()
+    try:
+        assert mine.poll_invalidations() == []
+        oid1, oid2 = root.new_oid(), root.new_oid()
+        for storage, oid in ((mine, oid1), (other, oid2)):
+            t = TransactionMetaData()
+            storage.tpc_begin(t)
+            storage.store(oid, z64, zodb_pickle(MinPO(1)), '', t)
+            storage.tpc_vote(t)
+            storage.tpc_finish(t)
+        assert mine.poll_invalidations() == [oid2]
+        assert mine.poll_invalidations() == []
+    finally:
+        mine.release()
+        other.release()
+
+
+def test_deleted_object_raises_poskeyerror(open_storage):
+    storage = open_storage()
+    oid = storage.new_oid()
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.store(oid, z64, zodb_pickle(MinPO(1)), '', t)
+    storage.tpc_vote(t)
+    tid = storage.tpc_finish(t)
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.deleteObject(oid, tid, t)
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+    with pytest.raises(POSKeyError):
+        storage.load(oid)
+
+
+def test_restored_tids_and_oids_keep_allocators_ahead(open_storage):
+    storage = open_storage()
+    high = p64(5000)
+    t = TransactionMetaData()
+    wanted_tid = p64(storage._adapter.txncontrol.now(None).__int__() << 32)
+    storage.tpc_begin(t, wanted_tid)
+    storage.restore(high, wanted_tid, zodb_pickle(MinPO(1)), '', None, t)
+    storage.tpc_vote(t)
+    assert storage.tpc_finish(t) == wanted_tid
+    assert storage.new_oid() > high
+    # A later commit chooses a later tid.
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.store(high, wanted_tid, zodb_pickle(MinPO(2)), '', t)
+    storage.tpc_vote(t)
+    assert storage.tpc_finish(t) > wanted_tid
