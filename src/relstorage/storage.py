@@ -12,7 +12,6 @@ instance waits until the first commit ends.  Correctness between instances
 and processes never depends on these locks; it comes from the database.
 """
 import logging
-import os
 import threading
 import time
 
@@ -306,15 +305,7 @@ class RelStorage(ConflictResolvingStorage):
             return self._adapter.mover.object_count(self._store_cursor_())
 
     def getSize(self):
-        path = getattr(self._adapter, 'path', None)
-        size = 0
-        if path:
-            for suffix in ('', '-wal'):
-                try:
-                    size += os.path.getsize(path + suffix)
-                except OSError:
-                    pass
-        return size
+        return self._adapter.database_size()
 
     def getName(self):
         return self._name

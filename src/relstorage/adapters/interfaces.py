@@ -48,6 +48,9 @@ class IAdapter(Interface):
         different options raises ConfigurationError.
         """
 
+    def database_size():
+        """Bytes the database occupies (for getSize()), or 0 if unknown."""
+
     def describe():
         """A short text naming the database for logs and getName(),
         never containing a password."""

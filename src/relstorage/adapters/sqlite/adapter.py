@@ -91,6 +91,15 @@ class SQLiteAdapter:
             self.history = history.HistoryFreeHistory()
             self.packer = pack.HistoryFreePacker()
 
+    def database_size(self):
+        size = 0
+        for suffix in ('', '-wal'):
+            try:
+                size += os.path.getsize(self.path + suffix)
+            except OSError:
+                pass
+        return size
+
     def describe(self):
         return f'sqlite3:{self.path}'
 
