@@ -17,6 +17,7 @@ import time
 
 import zope.interface
 from ZODB import POSException
+from ZODB._compat import loads
 from ZODB.ConflictResolution import ConflictResolvingStorage
 from ZODB.interfaces import IExternalGC
 from ZODB.interfaces import IMultiCommitStorage
@@ -52,7 +53,6 @@ def _transaction_info(tid, user, description, extension):
         'description': description or b'',
     }
     if extension:
-        from ZODB._compat import loads
         try:
             info.update(loads(extension))
         except Exception:  # a damaged extension must not hide the rest
@@ -158,7 +158,7 @@ class RelStorage(ConflictResolvingStorage):
             self._adapter.connmanager.rollback(
                 self._load_conn, self._load_cursor)
 
-    def _store_cursor_(self):
+    def _writer_cursor(self):
         """The cursor of the committing connection.  Outside a commit it
         reads the latest committed data."""
         self._check_open()
@@ -254,7 +254,7 @@ class RelStorage(ConflictResolvingStorage):
         tid_int = id_to_int(serial, 'serial')
         with self._lock:
             state = self._adapter.mover.load_revision(
-                self._store_cursor_(), oid_int, tid_int)
+                self._writer_cursor(), oid_int, tid_int)
             if state is None and not self._options.keep_history:
                 state = self._recent.get(oid_int, tid_int)
             if state is None:
@@ -282,7 +282,7 @@ class RelStorage(ConflictResolvingStorage):
         oid_int = id_to_int(oid, 'oid')
         with self._lock:
             rows = self._adapter.history.object_history(
-                self._store_cursor_(), oid_int, max(size, 1))
+                self._writer_cursor(), oid_int, max(size, 1))
         if not rows:
             raise POSException.POSKeyError(oid)
         result = []
@@ -302,7 +302,7 @@ class RelStorage(ConflictResolvingStorage):
 
     def __len__(self):
         with self._lock:
-            return self._adapter.mover.object_count(self._store_cursor_())
+            return self._adapter.mover.object_count(self._writer_cursor())
 
     def getSize(self):
         return self._adapter.database_size()
@@ -334,7 +334,7 @@ class RelStorage(ConflictResolvingStorage):
         start = 0 if next is None else id_to_int(next, 'next')
         with self._lock:
             rows = self._adapter.mover.iter_current(
-                self._store_cursor_(), start, 2)
+                self._writer_cursor(), start, 2)
         if not rows:
             raise ValueError('no objects at or after that oid')
         oid, tid, state = rows[0]
@@ -384,15 +384,11 @@ class RelStorage(ConflictResolvingStorage):
                         f'{self._name}: another thread kept this storage '
                         f'committing for longer than commit-lock-timeout '
                         f'({self._options.commit_lock_timeout:g}s)')
-            cursor = self._store_cursor_()
+            cursor = self._writer_cursor()
             self._adapter.mover.clear_temp(cursor)
-            self._txn = PendingTransaction(transaction, requested, status)
-
-    def _stage(self, txn, oid_int, prev_tid, state, data_txn=0):
-        txn.add(oid_int, prev_tid, state, data_txn,
-                self._store_cursor, self._adapter)
-        if txn.needs_spill():
-            txn.upload(self._adapter, self._store_cursor)
+            self._txn = PendingTransaction(
+                self._adapter, self._store_conn, cursor, transaction,
+                requested, status)
 
     def store(self, oid, serial, data, version, transaction):
         with self._lock:
@@ -408,7 +404,7 @@ class RelStorage(ConflictResolvingStorage):
                 raise POSException.StorageError(
                     f'store(): the data of oid {oid!r} is a '
                     f'{type(data).__name__}, not bytes')
-            self._stage(txn, oid_int, prev, data)
+            txn.add(oid_int, prev, data)
 
     def restore(self, oid, serial, data, version, prev_txn, transaction):
         with self._lock:
@@ -429,13 +425,13 @@ class RelStorage(ConflictResolvingStorage):
                 raise POSException.StorageError(
                     f'restore(): the data of oid {oid!r} is a '
                     f'{type(data).__name__}, not bytes')
-            self._stage(txn, oid_int, None, data, data_txn)
+            txn.add(oid_int, None, data, data_txn)
 
     def deleteObject(self, oid, oldserial, transaction):
         with self._lock:
             txn = self._writable(transaction)
-            self._stage(txn, id_to_int(oid, 'oid'),
-                        id_to_int(oldserial, f'serial of oid {oid!r}'), None)
+            txn.add(id_to_int(oid, 'oid'),
+                    id_to_int(oldserial, f'serial of oid {oid!r}'), None)
 
     def checkCurrentSerialInTransaction(self, oid, serial, transaction):
         with self._lock:
@@ -449,7 +445,7 @@ class RelStorage(ConflictResolvingStorage):
             if txn.voted:
                 return txn.resolved
             with self._adapter.connmanager.translate():
-                return txn.vote(self, self._adapter, self._store_cursor)
+                return txn.vote(self)
 
     def tpc_finish(self, transaction, f=None):
         with self._lock:
@@ -457,8 +453,7 @@ class RelStorage(ConflictResolvingStorage):
             if not txn.voted:
                 self.tpc_vote(transaction)
             with self._adapter.connmanager.translate():
-                tid = txn.finish(
-                    self._adapter, self._store_conn, self._store_cursor)
+                tid = txn.finish()
             self._ltid = tid_bytes = p64(tid)
             self._own_tids.add(tid)
             if not self._options.keep_history:
@@ -503,8 +498,7 @@ class RelStorage(ConflictResolvingStorage):
             if not self._options.keep_history:
                 raise POSException.UndoError(
                     'undo needs a history-preserving storage (keep-history)')
-            return _undo.undo(
-                self, self._adapter, self._store_cursor, txn, transaction_id)
+            return _undo.undo(self, txn, transaction_id)
 
     def undoLog(self, first=0, last=-20, filter=None):
         if last < 0:
@@ -519,7 +513,7 @@ class RelStorage(ConflictResolvingStorage):
         while len(result) < wanted:
             with self._lock:
                 rows = self._adapter.history.undo_log(
-                    self._store_cursor_(), offset, page)
+                    self._writer_cursor(), offset, page)
             if not rows:
                 break
             offset += len(rows)

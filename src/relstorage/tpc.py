@@ -44,7 +44,11 @@ class PendingTransaction:
     """The storage-side state of one transaction between tpc_begin and
     tpc_finish or tpc_abort."""
 
-    def __init__(self, transaction, tid=None, status=' '):
+    def __init__(self, adapter, conn, cursor, transaction, tid=None,
+                 status=' '):
+        self.adapter = adapter
+        self.conn = conn
+        self.cursor = cursor
         self.transaction = transaction
         self.requested_tid = tid
         self.status = status
@@ -65,8 +69,7 @@ class PendingTransaction:
 
     # -- phase 1 -------------------------------------------------------
 
-    def add(self, oid, prev_tid, state, data_txn=0, cursor=None,
-            adapter=None):
+    def add(self, oid, prev_tid, state, data_txn=0):
         """Stage one row.  A later row for the same oid replaces it, except
         in a restore (``prev_tid`` None, no conflict check), where the
         earlier record is kept as superseded: a copied FileStorage
@@ -75,7 +78,7 @@ class PendingTransaction:
         if oid in self._order and prev_tid is None:
             earlier = self._rows.get(oid)
             if earlier is None:
-                staged = adapter.mover.load_temp(cursor, oid)
+                staged = self.adapter.mover.load_temp(self.cursor, oid)
                 earlier = (staged[0], staged[1], staged[2])
             self.superseded.append(
                 (oid, earlier[1], earlier[2], self._order[oid]))
@@ -88,30 +91,29 @@ class PendingTransaction:
             self.max_oid = oid
         if state is not None:
             self._buffered += len(state)
+        if self._buffered >= SPILL_BYTES:
+            self.upload()
 
-    def needs_spill(self):
-        return self._buffered >= SPILL_BYTES
-
-    def upload(self, adapter, cursor):
+    def upload(self):
         """Send the buffered rows to the staging table in one bulk call."""
         if not self._rows:
             return
         order = self._order
-        adapter.mover.upload_temp(cursor, [
+        self.adapter.mover.upload_temp(self.cursor, [
             (oid, prev, state, data_txn, order[oid])
             for oid, (prev, state, data_txn) in self._rows.items()])
         self._rows = {}
         self._buffered = 0
         self._spilled = True
 
-    def pending(self, adapter, cursor, oid):
+    def pending(self, oid):
         """``(prev_tid, state)`` staged for ``oid`` in this transaction, or
         None."""
         row = self._rows.get(oid)
         if row is not None:
             return row[0], row[1]
         if self._spilled and oid in self._order:
-            return adapter.mover.load_temp(cursor, oid)[:2]
+            return self.adapter.mover.load_temp(self.cursor, oid)[:2]
         return None
 
     def states(self):
@@ -125,14 +127,15 @@ class PendingTransaction:
 
     # -- phase 2 -------------------------------------------------------
 
-    def vote(self, storage, adapter, cursor):
+    def vote(self, storage):
         """Lock, check and resolve; returns the oids whose data conflict
-        resolution changed."""
+        resolution changed.  ``storage`` resolves conflicts."""
+        adapter, cursor = self.adapter, self.cursor
         mover = adapter.mover
         memory = self.states() if not self._spilled else None
-        self.upload(adapter, cursor)
+        self.upload()
         adapter.locker.lock_for_vote(cursor, sorted(self.read_current))
-        self._check_requested_tid(adapter, cursor)
+        self._check_requested_tid()
         if self.read_current:
             current = mover.current_tids(cursor, list(self.read_current))
             for oid, expected in sorted(self.read_current.items()):
@@ -165,10 +168,10 @@ class PendingTransaction:
         self._committed_states = memory
         return self.resolved
 
-    def _check_requested_tid(self, adapter, cursor):
+    def _check_requested_tid(self):
         if self.requested_tid is None:
             return
-        last = adapter.poller.last_tid(cursor)
+        last = self.adapter.poller.last_tid(self.cursor)
         if self.requested_tid <= last:
             raise StorageTransactionError(
                 f'cannot commit with tid {p64(self.requested_tid)!r}: it is '
@@ -176,10 +179,11 @@ class PendingTransaction:
 
     # -- phase 3 -------------------------------------------------------
 
-    def finish(self, adapter, conn, cursor):
+    def finish(self):
         """Publish under the commit lock and commit; returns the int tid."""
+        adapter, cursor = self.adapter, self.cursor
         adapter.locker.hold_commit_lock(cursor)
-        self._check_requested_tid(adapter, cursor)
+        self._check_requested_tid()
         if self.requested_tid is not None:
             tid = self.requested_tid
         else:
@@ -193,7 +197,7 @@ class PendingTransaction:
             adapter.mover.store_superseded(cursor, tid, self.superseded)
         if self.max_oid >= 0:
             adapter.oids.ensure_above(cursor, self.max_oid)
-        adapter.connmanager.commit(conn, cursor)
+        adapter.connmanager.commit(self.conn, cursor)
         return tid
 
     def committed_states(self):

@@ -14,9 +14,12 @@ from ZODB.utils import p64
 from relstorage.tids import id_to_int
 
 
-def undo(storage, adapter, cursor, txn, transaction_id):
-    """Stage the undo of ``transaction_id`` in ``txn``; returns
-    ``(None, oids)`` as IStorageUndoable.undo may."""
+def undo(storage, txn, transaction_id):
+    """Stage the undo of ``transaction_id`` in the PendingTransaction
+    ``txn`` (reading the latest committed data through its cursor); returns
+    ``(None, oids)`` as IStorageUndoable.undo may.  ``storage`` resolves
+    conflicts."""
+    adapter, cursor = txn.adapter, txn.cursor
     try:
         tid = id_to_int(transaction_id, 'undo transaction id')
     except ValueError as e:
@@ -32,7 +35,7 @@ def undo(storage, adapter, cursor, txn, transaction_id):
         undone_state = mover.load_revision(cursor, oid, tid)
         before_state = (None if before_tid is None
                         else mover.load_revision(cursor, oid, before_tid))
-        pending = txn.pending(adapter, cursor, oid)
+        pending = txn.pending(oid)
         if pending is not None:
             prev_tid, newer_state = pending
         else:
