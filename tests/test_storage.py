@@ -168,6 +168,14 @@ def test_large_transaction_is_staged_in_parts(open_storage, monkeypatch):
     assert zodb_unpickle(storage.load(oids[7])[0]) == MinPO(7)
 
 
+def _commit(storage, oid, serial, value):
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.store(oid, serial, zodb_pickle(MinPO(value)), '', t)
+    storage.tpc_vote(t)
+    return storage.tpc_finish(t)
+
+
 def test_poll_reports_others_changes_not_our_own(open_storage):
     root = open_storage()
     mine = root.new_instance()
@@ -176,11 +184,7 @@ def test_poll_reports_others_changes_not_our_own(open_storage):
         assert mine.poll_invalidations() == []
         oid1, oid2 = root.new_oid(), root.new_oid()
         for storage, oid in ((mine, oid1), (other, oid2)):
-            t = TransactionMetaData()
-            storage.tpc_begin(t)
-            storage.store(oid, z64, zodb_pickle(MinPO(1)), '', t)
-            storage.tpc_vote(t)
-            storage.tpc_finish(t)
+            _commit(storage, oid, z64, 1)
         assert mine.poll_invalidations() == [oid2]
         assert mine.poll_invalidations() == []
     finally:
@@ -191,11 +195,7 @@ def test_poll_reports_others_changes_not_our_own(open_storage):
 def test_deleted_object_raises_poskeyerror(open_storage):
     storage = open_storage()
     oid = storage.new_oid()
-    t = TransactionMetaData()
-    storage.tpc_begin(t)
-    storage.store(oid, z64, zodb_pickle(MinPO(1)), '', t)
-    storage.tpc_vote(t)
-    tid = storage.tpc_finish(t)
+    tid = _commit(storage, oid, z64, 1)
     t = TransactionMetaData()
     storage.tpc_begin(t)
     storage.deleteObject(oid, tid, t)
@@ -216,8 +216,15 @@ def test_restored_tids_and_oids_keep_allocators_ahead(open_storage):
     assert storage.tpc_finish(t) == wanted_tid
     assert storage.new_oid() > high
     # A later commit chooses a later tid.
-    t = TransactionMetaData()
-    storage.tpc_begin(t)
-    storage.store(high, wanted_tid, zodb_pickle(MinPO(2)), '', t)
-    storage.tpc_vote(t)
-    assert storage.tpc_finish(t) > wanted_tid
+    assert _commit(storage, high, wanted_tid, 2) > wanted_tid
+
+
+def test_zap_all_empties_the_database(open_storage):
+    storage = open_storage()
+    oid = storage.new_oid()
+    _commit(storage, oid, z64, 1)
+    storage._adapter.schema.zap_all()
+    storage.sync()
+    assert len(storage) == 0
+    with pytest.raises(POSKeyError):
+        storage.load(oid)

@@ -130,25 +130,30 @@ class SQLiteConnectionManager:
 
     def begin_write(self, cursor, what):
         """Take SQLite's database-wide write lock, waiting at most the lock
-        timeout; ``what`` names the lock for the error message."""
-        try:
+        timeout; ``what`` names the work for the error message."""
+        with self.translate(what):
             cursor.execute('BEGIN IMMEDIATE')
-        except self.driver.OperationalError as e:
-            if 'locked' in str(e) or 'busy' in str(e):
-                raise CommitLockTimeoutError(
-                    f'{what}: another process kept the SQLite database '
-                    f'{self.path} locked for longer than commit-lock-timeout '
-                    f'({self.lock_timeout:g}s)') from e
-            raise
 
     @contextlib.contextmanager
-    def translate(self):
+    def translate(self, what='committing'):
         try:
             yield
         except self.driver.OperationalError as e:
-            if 'locked' in str(e) or 'busy' in str(e):
-                raise CommitLockTimeoutError(
-                    f'the SQLite database {self.path} stayed locked for '
-                    f'longer than commit-lock-timeout '
-                    f'({self.lock_timeout:g}s): {e}') from e
-            raise
+            if 'locked' not in str(e) and 'busy' not in str(e):
+                raise
+            raise CommitLockTimeoutError(
+                f'{what}: another connection kept the SQLite database '
+                f'{self.path} locked for longer than commit-lock-timeout '
+                f'({self.lock_timeout:g}s)') from e
+
+    @contextlib.contextmanager
+    def write_session(self, what):
+        """A connection inside a write transaction, committed on success."""
+        conn = self.connect()
+        try:
+            cursor = conn.cursor()
+            self.begin_write(cursor, what)
+            yield cursor
+            self.commit(conn, cursor)
+        finally:
+            self.close(conn, cursor)

@@ -82,31 +82,17 @@ class SQLiteSchema:
             cm.close(conn, None)
 
     def zap_all(self):
-        cm = self.connmanager
-        conn = cm.connect()
-        try:
-            cursor = conn.cursor()
-            cm.begin_write(cursor, 'clearing the database')
-            tables = {row[0] for row in cursor.execute(
+        with self.connmanager.write_session('clearing the database') as cur:
+            tables = {row[0] for row in cur.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
             for table in ('object_state', 'superseded_state',
                           'current_object', 'transaction_log'):
                 if table in tables:
-                    cursor.execute(f'DELETE FROM {table}')
-            cursor.execute('UPDATE commit_row SET tid = 0')
-            cursor.execute('UPDATE oid_counter SET next_oid = 1')
-            cm.commit(conn, cursor)
-        finally:
-            cm.close(conn, None)
+                    cur.execute(f'DELETE FROM {table}')
+            cur.execute('UPDATE commit_row SET tid = 0')
+            cur.execute('UPDATE oid_counter SET next_oid = 1')
 
     def drop_all(self):
-        cm = self.connmanager
-        conn = cm.connect()
-        try:
-            cursor = conn.cursor()
-            cm.begin_write(cursor, 'dropping the schema')
+        with self.connmanager.write_session('dropping the schema') as cur:
             for table in TABLES:
-                cursor.execute(f'DROP TABLE IF EXISTS {table}')
-            cm.commit(conn, cursor)
-        finally:
-            cm.close(conn, None)
+                cur.execute(f'DROP TABLE IF EXISTS {table}')
