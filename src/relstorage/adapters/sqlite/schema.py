@@ -39,47 +39,55 @@ class SQLiteSchema:
         conn = cm.connect()
         try:
             cursor = conn.cursor()
-            if not read_only:
-                # Persistent: readers and one writer work at once.
-                cursor.execute('PRAGMA journal_mode = WAL')
-                # The write lock serialises processes creating the schema
-                # at the same time: the second finds it made.
-                cm.begin_write(cursor, 'creating the schema')
-            tables = {row[0] for row in cursor.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if 'schema_version' not in tables:
-                if tables:
-                    raise SchemaError(
-                        f'{cm.path} holds tables that are not a relstorage '
-                        f'schema: {", ".join(sorted(tables))}')
-                if not create or read_only:
-                    raise SchemaError(
-                        f'{cm.path} holds no relstorage schema and '
-                        f'create-schema is false (or the storage is '
-                        f'read-only)')
+            if self._tables(cursor):
+                # The usual case: nothing to create, so no lock to take
+                # (another process may be committing right now).
+                self._check(cursor)
+                return
+            if not create or read_only:
+                raise SchemaError(
+                    f'{cm.path} holds no relstorage schema and create-schema '
+                    f'is false (or the storage is read-only)')
+            # Persistent: readers and one writer work at once.
+            cursor.execute('PRAGMA journal_mode = WAL')
+            # The write lock serialises processes creating the schema at
+            # the same time: the second finds it made.
+            cm.begin_write(cursor, 'creating the schema')
+            if self._tables(cursor):
+                self._check(cursor)
+            else:
                 for stmt in ddl_statements(self.keep_history):
                     cursor.execute(stmt)
-            else:
-                rows = cursor.execute(
-                    'SELECT version, keep_history FROM schema_version'
-                ).fetchall()
-                if len(rows) != 1:
-                    raise SchemaError(
-                        f'{cm.path}: schema_version holds {len(rows)} rows')
-                version, keep_history = rows[0]
-                if version != SCHEMA_VERSION:
-                    raise SchemaError(
-                        f'{cm.path} holds schema version {version}; this '
-                        f'relstorage knows version {SCHEMA_VERSION} (see '
-                        f'migrations/)')
-                if bool(keep_history) != self.keep_history:
-                    raise SchemaError(
-                        f'{cm.path} holds a '
-                        f'{self._mode(keep_history)} schema but keep-history '
-                        f'is {str(self.keep_history).lower()}')
             cm.commit(conn, cursor)
         finally:
             cm.close(conn, None)
+
+    def _tables(self, cursor):
+        """The relstorage tables present; SchemaError if the database holds
+        tables of something else."""
+        tables = {row[0] for row in cursor.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and 'schema_version' not in tables:
+            raise SchemaError(
+                f'{self.connmanager.path} holds tables that are not a '
+                f'relstorage schema: {", ".join(sorted(tables))}')
+        return tables
+
+    def _check(self, cursor):
+        path = self.connmanager.path
+        rows = cursor.execute(
+            'SELECT version, keep_history FROM schema_version').fetchall()
+        if len(rows) != 1:
+            raise SchemaError(f'{path}: schema_version holds {len(rows)} rows')
+        version, keep_history = rows[0]
+        if version != SCHEMA_VERSION:
+            raise SchemaError(
+                f'{path} holds schema version {version}; this relstorage '
+                f'knows version {SCHEMA_VERSION} (see migrations/)')
+        if bool(keep_history) != self.keep_history:
+            raise SchemaError(
+                f'{path} holds a {self._mode(keep_history)} schema but '
+                f'keep-history is {str(self.keep_history).lower()}')
 
     def zap_all(self):
         with self.connmanager.write_session('clearing the database') as cur:

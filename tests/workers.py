@@ -1,0 +1,293 @@
+"""Child-process programs for tests/test_processes.py (not a test module).
+
+Run as ``python tests/workers.py COMMAND CONFIG_FILE [ARGS...]``, where
+CONFIG_FILE holds the ZConfig text of a ``<relstorage>`` section (the text
+of ``backend.zconfig()``), so that a child opens whichever database the
+parent's backend fixture made, through the same configuration path a real
+deployment uses.
+
+A child talks to its parent in lines: everything it writes on stdout is one
+JSON object per line with an ``event`` key; the parent answers on stdin with
+plain words (``go``, ``abort``, ``finish``).  Tracebacks go to stderr.
+
+Commands:
+
+``counter CONFIG NAME N [PAUSE]``
+    Says ``ready`` once the database is open, waits for ``go``, then runs N
+    transactions, each incrementing the shared ``Counter`` at
+    ``root['counter']`` and recording the new value under its own index in
+    ``root['logs'][NAME]`` (an OOBTree), retrying on conflicts.  PAUSE
+    (seconds, default 0) is slept between changing the objects and
+    committing, to widen the race window.  Checks in every transaction
+    that its view is consistent (the counter equals the number of entries
+    in all logs; ``inconsistent_views`` counts the failures) and counts
+    the fresh transactions whose view showed the counter above what this
+    process last knew (``foreign_views``: other processes' commits became
+    visible); if none did by its last commit (it won every race before
+    the others got going), it polls until one does.  Ends with a
+    ``result`` event.
+
+``hold CONFIG OID_HEX...``
+    Stores a new state (``MinPO(('held', oid))``) for each given oid plus
+    one new object, through the storage API directly, votes, says ``voted``
+    and then keeps the transaction open, holding whatever locks vote took,
+    until stdin says ``abort`` or ``finish`` (or closes: abort).  Made to be
+    killed while it holds them.
+
+``oids CONFIG COUNT``
+    Says ``ready``, waits for ``go``, calls ``new_oid()`` COUNT times and
+    reports the ids (as integers) in a ``result`` event.
+
+Every child exits by itself after ``MAX_LIFETIME`` seconds, whatever
+happens, so that a lost parent or a bug cannot leave it running.
+"""
+import json
+import os
+import sys
+import threading
+import time
+
+from BTrees.OOBTree import OOBTree
+from persistent import Persistent
+from persistent.mapping import PersistentMapping
+
+#: Seconds after which a child exits, whatever it is doing.
+MAX_LIFETIME = 120
+
+#: Attempts of one counter transaction before the child gives up.
+MAX_ATTEMPTS = 500
+
+#: Seconds a counter worker that saw no other process's commit while it
+#: ran waits for one after its last commit.
+FOREIGN_WAIT = 30
+
+#: What the ``hold`` command writes in the transaction's description.
+HOLD_DESCRIPTION = 'held open by tests/workers.py'
+
+
+class Counter(Persistent):
+    """A counter that every process increments.
+
+    It deliberately has no ``_p_resolveConflict``: two concurrent
+    increments are a real ConflictError that the loser must retry.
+    """
+
+    value = 0
+
+
+def prepare_counter(root, names):
+    """Create what the ``counter`` command expects under ``root``: the
+    shared counter and one empty log per worker name."""
+    root['counter'] = Counter()
+    root['logs'] = PersistentMapping({name: OOBTree() for name in names})
+
+
+def held_state(oid_int):
+    """The value the ``hold`` command gives the object ``oid_int``."""
+    return ('held', oid_int)
+
+
+# -- plumbing -----------------------------------------------------------
+
+def emit(event, **fields):
+    fields['event'] = event
+    sys.stdout.write(json.dumps(fields) + '\n')
+    sys.stdout.flush()
+
+
+def read_command():
+    """The next word from the parent; '' when stdin is closed."""
+    return sys.stdin.readline().strip()
+
+
+def wait_for_go():
+    word = read_command()
+    if word != 'go':
+        raise SystemExit(f'expected "go" from the parent, got {word!r}')
+
+
+def start_watchdog(seconds=MAX_LIFETIME):
+    def expire():
+        time.sleep(seconds)
+        sys.stderr.write(f'workers.py: still running after {seconds}s; '
+                         'exiting\n')
+        sys.stderr.flush()
+        os._exit(3)
+    threading.Thread(target=expire, name='watchdog', daemon=True).start()
+
+
+def open_storage(config_path):
+    import ZODB.config
+    with open(config_path, encoding='utf-8') as f:
+        text = f.read()
+    return ZODB.config.storageFromString(text)
+
+
+# -- commands -----------------------------------------------------------
+
+def run_counter(config_path, name, count, pause='0'):
+    import transaction
+    import ZODB
+    from ZODB.POSException import ConflictError
+    from transaction.interfaces import TransientError
+
+    count = int(count)
+    pause = float(pause)
+    db = ZODB.DB(open_storage(config_path))
+    try:
+        tm = transaction.TransactionManager(explicit=True)
+        conn = db.open(tm)
+        try:
+            # Touch the objects once so that the timed part is the commits.
+            with tm:
+                root = conn.root()
+                start_value = root['counter'].value
+                assert len(root['logs'][name]) == 0, 'log is not empty'
+            emit('ready', name=name, pid=os.getpid())
+            wait_for_go()
+            stats = dict(conflicts=0, lock_timeouts=0, foreign_views=0,
+                         went_backwards=0, inconsistent_views=0, attempts=0,
+                         waited_for_others=0)
+            values = []
+            # The counter value this process last knew of: what it read
+            # before "go", then the value of its own last commit.  A fresh
+            # transaction that finds more saw other processes' commits.
+            last_known = start_value
+            started = time.monotonic()
+            for i in range(count):
+                for _ in range(MAX_ATTEMPTS):
+                    stats['attempts'] += 1
+                    tm.begin()
+                    try:
+                        root = conn.root()
+                        counter = root['counter']
+                        seen = counter.value
+                        if seen > last_known:
+                            stats['foreign_views'] += 1
+                        elif seen < last_known:
+                            stats['went_backwards'] += 1
+                        # Every committed state has one log entry per
+                        # increment; a view mixing fresh and stale objects
+                        # (a missed invalidation) breaks that.
+                        entries = sum(len(log)
+                                      for log in root['logs'].values())
+                        if entries != seen:
+                            stats['inconsistent_views'] += 1
+                        last_known = max(last_known, seen)
+                        counter.value = seen + 1
+                        root['logs'][name][i] = seen + 1
+                        if pause:
+                            time.sleep(pause)
+                        tm.commit()
+                    except ConflictError:
+                        tm.abort()
+                        stats['conflicts'] += 1
+                        continue
+                    except TransientError:
+                        # e.g. CommitLockTimeoutError: nothing was written.
+                        tm.abort()
+                        stats['lock_timeouts'] += 1
+                        continue
+                    last_known = seen + 1
+                    values.append(last_known)
+                    break
+                else:
+                    raise RuntimeError(
+                        f'{name}: transaction {i} failed {MAX_ATTEMPTS} '
+                        f'times')
+            if not stats['foreign_views']:
+                # Every commit of this process came before any commit of
+                # the others (the lock is not fair: this happens).  Those
+                # are still to come: wait for a view that shows one.
+                waited = time.monotonic()
+                deadline = waited + FOREIGN_WAIT
+                while time.monotonic() < deadline:
+                    tm.begin()
+                    seen = conn.root()['counter'].value
+                    tm.abort()
+                    if seen > last_known:
+                        stats['foreign_views'] += 1
+                        break
+                    time.sleep(0.005)
+                stats['waited_for_others'] = round(
+                    time.monotonic() - waited, 3)
+            emit('result', name=name, committed=len(values), values=values,
+                 start_value=start_value,
+                 seconds=round(time.monotonic() - started, 3), **stats)
+        finally:
+            conn.close()
+    finally:
+        db.close()
+
+
+def run_hold(config_path, *oid_hexes):
+    from ZODB.Connection import TransactionMetaData
+    from ZODB.tests.MinPO import MinPO
+    from ZODB.tests.StorageTestBase import zodb_pickle
+    from ZODB.utils import p64
+    from ZODB.utils import u64
+    from ZODB.utils import z64
+
+    storage = open_storage(config_path)
+    try:
+        oids = [p64(int(h, 16)) for h in oid_hexes]
+        # Read the serials before the commit starts, as a Connection would.
+        serials = {oid: storage.load(oid)[1] for oid in oids}
+        new_oid = storage.new_oid()
+        txn = TransactionMetaData(description=HOLD_DESCRIPTION)
+        storage.tpc_begin(txn)
+        for oid in oids:
+            storage.store(oid, serials[oid],
+                          zodb_pickle(MinPO(held_state(u64(oid)))), '', txn)
+        storage.store(new_oid, z64, zodb_pickle(MinPO('new')), '', txn)
+        storage.tpc_vote(txn)
+        emit('voted', pid=os.getpid(), new_oid=u64(new_oid),
+             serials={f'{u64(o):x}': u64(s) for o, s in serials.items()})
+        word = read_command()
+        if word == 'finish':
+            tid = storage.tpc_finish(txn)
+            emit('finished', tid=u64(tid))
+        else:
+            storage.tpc_abort(txn)
+            emit('aborted', command=word)
+    finally:
+        storage.close()
+
+
+def run_oids(config_path, count):
+    from ZODB.utils import u64
+
+    count = int(count)
+    storage = open_storage(config_path)
+    try:
+        emit('ready', pid=os.getpid())
+        wait_for_go()
+        oids = [u64(storage.new_oid()) for _ in range(count)]
+        emit('result', oids=oids)
+    finally:
+        storage.close()
+
+
+COMMANDS = {
+    'counter': run_counter,
+    'hold': run_hold,
+    'oids': run_oids,
+}
+
+
+def main(argv):
+    if len(argv) < 2 or argv[0] not in COMMANDS:
+        sys.stderr.write(__doc__)
+        return 2
+    start_watchdog()
+    COMMANDS[argv[0]](*argv[1:])
+    return 0
+
+
+if __name__ == '__main__':
+    # Run the functions of the importable module ``workers`` rather than of
+    # ``__main__``, so that Counter pickles as ``workers.Counter``, the name
+    # the parent (which imports this file as ``workers``) unpickles it by.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import workers
+    sys.exit(workers.main(sys.argv[1:]))
