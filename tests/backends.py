@@ -5,16 +5,25 @@ one and drops it afterwards.  Tests choose backends through the ``backend``
 fixture (parametrized, one marker per database) and branch on the adapter's
 capabilities, never on the backend's name.
 """
+import os
 import shutil
 import tempfile
+import uuid
+
+import pytest
 
 from relstorage.storage import RelStorage
+
+#: Where the test server is; tests create and drop their own databases.
+PG_DSN = os.environ.get('RELSTORAGE_TEST_PG_DSN',
+                        'host=127.0.0.1 port=5432 user=root')
 
 
 class SQLiteBackend:
     """SQLite needs no server: a database is a directory."""
 
     name = 'sqlite'
+    marker = 'sqlite'
 
     def __init__(self):
         self._dirs = []
@@ -51,7 +60,73 @@ class SQLiteBackend:
         self._dirs = []
 
 
+class PostgreSQLBackend:
+    """A PostgreSQL server: each database is created for one test and
+    dropped afterwards."""
+
+    marker = 'postgresql'
+
+    def __init__(self, driver='psycopg2'):
+        self.driver = driver
+        self.name = 'postgresql' if driver == 'psycopg2' else (
+            f'postgresql-{driver}')
+        self._databases = []
+        try:
+            import psycopg2
+            self._admin = psycopg2.connect(PG_DSN + ' dbname=postgres')
+        except Exception as e:
+            _unavailable(f'PostgreSQL at "{PG_DSN}"', e)
+        self._admin.autocommit = True
+
+    def new_database(self):
+        name = 'relstorage_test_' + uuid.uuid4().hex[:12]
+        with self._admin.cursor() as cursor:
+            cursor.execute(f'CREATE DATABASE {name}')
+        self._databases.append(name)
+        return f'{PG_DSN} dbname={name}'
+
+    def adapter(self, database, **adapter_options):
+        from relstorage.adapters.postgresql import PostgreSQLAdapter
+        adapter_options.setdefault('driver', self.driver)
+        return PostgreSQLAdapter(dsn=database, **adapter_options)
+
+    def open(self, database, **options):
+        return RelStorage(self.adapter(database), **options)
+
+    def zconfig(self, database, keep_history=True, **extra):
+        lines = ''.join(f'    {k.replace("_", "-")} {v}\n'
+                        for k, v in extra.items())
+        return (
+            '%import relstorage\n'
+            '<relstorage>\n'
+            f'    keep-history {"true" if keep_history else "false"}\n'
+            f'{lines}'
+            '    <postgresql>\n'
+            f'        dsn {database}\n'
+            f'        driver {self.driver}\n'
+            '    </postgresql>\n'
+            '</relstorage>\n')
+
+    def cleanup(self):
+        with self._admin.cursor() as cursor:
+            for name in self._databases:
+                cursor.execute(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
+        self._databases = []
+        self._admin.close()
+
+
+def _unavailable(what, error):
+    """A database server the tests need is not there: under CI that is a
+    failure, elsewhere the tests of that backend are skipped."""
+    message = f'{what} is not reachable: {error}'
+    if os.environ.get('CI'):
+        pytest.fail(message + ' (CI requires it; see .ci/run)')
+    pytest.skip(message)
+
+
 BACKENDS = {
     'sqlite': SQLiteBackend,
+    'postgresql': PostgreSQLBackend,
+    'postgresql-psycopg': lambda: PostgreSQLBackend('psycopg'),
 }
 

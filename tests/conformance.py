@@ -5,6 +5,7 @@ against a storage that a backend opens, so that pytest's fixtures choose the
 database and each mixin method appears as one pytest test.  Nothing in the
 mixins is changed or filtered.
 """
+import functools
 import unittest
 
 import ZODB
@@ -163,14 +164,35 @@ def test_names(case):
     return list(names)
 
 
+def _tids_follow_time_time(case):
+    """False if a storage of the case has tids from a server's clock.
+    (Compare with None: an empty storage is falsy, it has a __len__.)"""
+    for attr in ('_storage', '_dst'):
+        adapter = getattr(getattr(case, attr, None), '_adapter', None)
+        if adapter is not None and \
+                not adapter.capabilities.tids_from_local_clock:
+            return False
+    return True
+
+
 def run(case_class, name, backend):
     """Run one mixin method on a fresh database of ``backend``."""
     case = case_class(name)
     case.backend = backend
     case.database = backend.new_database()
     case.setUp()
+    method = getattr(case, name)
+    if not _tids_follow_time_time(case):
+        # ZODB's time_monotonically_increases fakes time.time() in this
+        # process, running ahead of the real clock; a database server
+        # chooses tids from its own, real clock, so a pack time taken from
+        # the fake clock would not fall between the tids the test means.
+        # Run such a test body on the real clock instead (the decorator
+        # keeps it as __wrapped__); nothing else about it changes.
+        if hasattr(method, '__wrapped__'):
+            method = functools.partial(method.__wrapped__, case)
     try:
-        getattr(case, name)()
+        method()
     finally:
         try:
             case.tearDown()

@@ -4,14 +4,19 @@ import pytest
 from backends import BACKENDS
 
 
+MARKERS = {'sqlite': 'sqlite', 'postgresql': 'postgresql',
+           'postgresql-psycopg': 'postgresql'}
+
+
 def pytest_configure(config):
-    for name in BACKENDS:
+    for marker in ('sqlite', 'postgresql', 'mysql', 'oracle'):
         config.addinivalue_line(
-            'markers', f'{name}: the test runs against {name}')
+            'markers', f'{marker}: the test runs against {marker}')
 
 
 @pytest.fixture(params=[
-    pytest.param(name, marks=getattr(pytest.mark, name)) for name in BACKENDS
+    pytest.param(name, marks=getattr(pytest.mark, MARKERS[name]))
+    for name in BACKENDS
 ])
 def backend(request):
     """A database backend; its databases are dropped after the test."""
@@ -61,7 +66,7 @@ def pytest_terminal_summary(terminalreporter):
             if outcome == 'passed' and report.when != 'call':
                 continue
             params = nodeid.split('[', 1)[1].rstrip(']')
-            backend, _, test = params.partition('-')
+            backend, _, test = params.rpartition('-')
             key = f'{backend}: {test.split(".", 1)[0]}'
             per = counts.setdefault(key, {})
             per[outcome] = per.get(outcome, 0) + 1

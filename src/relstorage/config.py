@@ -26,3 +26,15 @@ class SQLite3AdapterFactory:
         pragmas = config.pragmas.pragmas if config.pragmas else {}
         return SQLiteAdapter(
             data_dir=config.data_dir, driver=config.driver, pragmas=pragmas)
+
+
+class PostgreSQLAdapterFactory:
+    """The datatype of the ``<postgresql>`` section."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def create(self):
+        from relstorage.adapters.postgresql import PostgreSQLAdapter
+        return PostgreSQLAdapter(dsn=self.config.dsn,
+                                 driver=self.config.driver)

@@ -82,6 +82,9 @@ create_schema = functools.partial(_boolean, 'create-schema')
 commit_lock_timeout = functools.partial(_seconds, 'commit-lock-timeout')
 data_dir = functools.partial(_directory, 'data-dir')
 sqlite_driver = functools.partial(_choice, ('auto', 'sqlite3'), 'driver')
+dsn = functools.partial(_text, 'dsn')
+postgresql_driver = functools.partial(
+    _choice, ('auto', 'psycopg2', 'psycopg'), 'driver')
 
 
 @functools.lru_cache(maxsize=None)

@@ -71,6 +71,8 @@ def pack(storage, t, referencesf, gc=True):
 def _analyse(adapter, conn, cursor, t, referencesf, gc):
     cm = adapter.connmanager
     packer = adapter.packer
+    # Helper tables first: a read-only snapshot may not create tables.
+    packer.prepare(cursor)
     cm.begin_snapshot(conn, cursor)
     last = adapter.poller.last_tid(cursor)
     pack_tid = min(tid_for_time(t), last)
@@ -79,7 +81,6 @@ def _analyse(adapter, conn, cursor, t, referencesf, gc):
         log.info('pack: nothing committed before the pack time')
         return None
     started = time.monotonic()
-    packer.prepare(cursor)
     total = packer.fill(cursor, pack_tid)
     log.info('pack: %d objects have revisions up to the pack time', total)
     reachable = _reachable(packer, cursor, pack_tid, referencesf, total) \

@@ -13,6 +13,7 @@ and processes never depends on these locks; it comes from the database.
 """
 import logging
 import threading
+import weakref
 import time
 
 import zope.interface
@@ -97,6 +98,9 @@ class RelStorage(ConflictResolvingStorage):
         self._oids = OIDPool(adapter)
         self._recent = RecentStates()
         self._is_root = True
+        # Closing the root closes every instance's database sessions, even
+        # those of ZODB Connections the application never closed.
+        self._instances = weakref.WeakSet()
         self._init_instance()
         if options.keep_history:
             zope.interface.alsoProvides(self, IStorageUndoable)
@@ -124,12 +128,16 @@ class RelStorage(ConflictResolvingStorage):
         other._oids = self._oids
         other._recent = self._recent
         other._is_root = False
+        other._instances = None
         other._crs_transform_record_data = self._crs_transform_record_data
         other._crs_untransform_record_data = (
             self._crs_untransform_record_data)
         other._init_instance()
         zope.interface.directlyProvides(
             other, zope.interface.directlyProvidedBy(self))
+        root = self if self._is_root else self._root
+        other._root = root
+        root._instances.add(other)
         return other
 
     # -- connections ---------------------------------------------------
@@ -212,14 +220,26 @@ class RelStorage(ConflictResolvingStorage):
             self._close_connections()
             self._closed = True
 
+    def __del__(self):
+        # An instance dropped without release() (a ZODB Connection that was
+        # never closed) gives its database sessions back now rather than
+        # holding server connection slots until the process ends.
+        try:
+            if not self._closed and not self._is_root:
+                self._close_connections()
+        except Exception:  # interpreter shutdown, a broken connection...
+            pass
+
     def close(self):
         with self._lock:
             if self._txn is not None:
                 self._abort()
             self._close_connections()
             self._closed = True
-            if self._is_root:
-                self._oids.close()
+        if self._is_root:
+            for instance in list(self._instances):
+                instance.release()
+            self._oids.close()
 
     # -- reading -------------------------------------------------------
 
@@ -385,6 +405,7 @@ class RelStorage(ConflictResolvingStorage):
                         f'committing for longer than commit-lock-timeout '
                         f'({self._options.commit_lock_timeout:g}s)')
             cursor = self._writer_cursor()
+            self._adapter.connmanager.begin_store(self._store_conn, cursor)
             self._adapter.mover.clear_temp(cursor)
             self._txn = PendingTransaction(
                 self._adapter, self._store_conn, cursor, transaction,

@@ -65,6 +65,7 @@ class PendingTransaction:
         self.superseded = []     # (oid, state, data_txn, ord) of restores
         self._buffered = 0
         self._spilled = False
+        self._uploaded = set()
         self._committed_states = None
 
     # -- phase 1 -------------------------------------------------------
@@ -99,9 +100,11 @@ class PendingTransaction:
         if not self._rows:
             return
         order = self._order
+        replace = [oid for oid in self._rows if oid in self._uploaded]
         self.adapter.mover.upload_temp(self.cursor, [
             (oid, prev, state, data_txn, order[oid])
-            for oid, (prev, state, data_txn) in self._rows.items()])
+            for oid, (prev, state, data_txn) in self._rows.items()], replace)
+        self._uploaded.update(self._rows)
         self._rows = {}
         self._buffered = 0
         self._spilled = True

@@ -68,10 +68,20 @@ class ICapabilities(Interface):
         "vote-time lock is the commit lock.")
     multiple_processes = Attribute(
         "Several processes may use the database at once.")
+    tids_from_local_clock = Attribute(
+        "Transaction ids come from this process's clock (an embedded "
+        "database).  False: from the database server's clock, so that "
+        "clients with skewed clocks still agree.")
 
 
 class IConnectionManager(Interface):
     """Opens, closes and (re)starts database connections."""
+
+    def describe():
+        """Where the database is, for messages; never a password."""
+
+    def connect():
+        """A new connection in autocommit mode."""
 
     def open_load():
         """Open a connection for reading snapshots.  Returns
@@ -80,6 +90,11 @@ class IConnectionManager(Interface):
     def open_store():
         """Open a connection for committing.  Returns ``(conn, cursor)``.
         Its lock waits are bounded by commit-lock-timeout."""
+
+    def begin_store(conn, cursor):
+        """Start the transaction of a commit (at tpc_begin), with lock waits
+        bounded by commit-lock-timeout.  On a database with one write lock
+        this starts nothing; the lock is taken at vote."""
 
     def begin_snapshot(conn, cursor):
         """Start a read-only transaction whose snapshot stays fixed until
@@ -175,11 +190,12 @@ class IObjectMover(Interface):
     def clear_temp(cursor):
         """Empty the commit's staging table."""
 
-    def upload_temp(cursor, rows):
-        """Add or replace pending rows
-        ``(oid, prev_tid or None, state or None, data_txn, ord)`` in the
-        staging table, in bulk.  ``prev_tid`` None means "restore: do not
-        check for conflicts"."""
+    def upload_temp(cursor, rows, replace=()):
+        """Add pending rows
+        ``(oid, prev_tid or None, state or None, data_txn, ord)`` to the
+        staging table, in bulk; rows for the oids in ``replace`` (uploaded
+        before) replace the earlier ones.  ``prev_tid`` None means "restore:
+        do not check for conflicts"."""
 
     def detect_conflicts(cursor):
         """``[(oid, committed_tid, prev_tid, state)]`` for every staged row

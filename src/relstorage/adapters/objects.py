@@ -91,7 +91,8 @@ class ObjectMover:
     def clear_temp(self, cursor):
         cursor.execute(self.CLEAR_TEMP)
 
-    def upload_temp(self, cursor, rows):
+    def upload_temp(self, cursor, rows, replace=()):
+        # UPLOAD_TEMP replaces rows of oids in ``replace`` by itself.
         cursor.executemany(self.UPLOAD_TEMP, [
             (oid, prev_tid, state, 0 if state is None else len(state),
              data_txn, ord_)

@@ -33,6 +33,7 @@ class SQLiteCapabilities:
     shared_row_locks = False
     database_wide_write_lock = True
     multiple_processes = True
+    tids_from_local_clock = True
 
 
 @implementer(IAdapter)

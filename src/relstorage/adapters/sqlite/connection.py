@@ -64,6 +64,9 @@ class SQLiteConnectionManager:
         self.pragmas.update(pragmas)
         self.lock_timeout = lock_timeout
 
+    def describe(self):
+        return self.path
+
     def connect(self, timeout=None):
         """A connection in autocommit mode (we issue BEGIN ourselves), usable
         from whichever thread holds the owning storage's lock."""
@@ -104,6 +107,11 @@ class SQLiteConnectionManager:
                 ord         INTEGER NOT NULL
             )""")
         return conn, conn.cursor()
+
+    def begin_store(self, conn, cursor):
+        # Staging writes only the connection's private temp table, which
+        # needs no lock; SQLite's write lock is taken at vote.
+        pass
 
     def begin_snapshot(self, conn, cursor):
         # In WAL mode the snapshot is fixed by the first read after BEGIN

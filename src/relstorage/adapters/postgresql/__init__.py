@@ -1,0 +1,4 @@
+"""The PostgreSQL adapter (psycopg2 or psycopg 3)."""
+from .adapter import PostgreSQLAdapter
+
+__all__ = ['PostgreSQLAdapter']

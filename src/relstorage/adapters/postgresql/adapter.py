@@ -1,0 +1,94 @@
+"""The PostgreSQL adapter, on psycopg2 (default) or psycopg 3."""
+from relstorage.adapters.interfaces import IAdapter
+from relstorage.adapters.interfaces import ICapabilities
+from relstorage.errors import ConfigurationError
+from relstorage.options import convert_section
+from zope.interface import implementer
+
+from . import history
+from . import locks
+from . import objects
+from . import pack
+from . import poll
+from . import transactions
+from .connection import PostgreSQLConnectionManager
+from .connection import describe_dsn
+from .drivers import select_driver
+from .oids import PostgreSQLOIDAllocator
+from .schema import PostgreSQLSchema
+
+
+@implementer(ICapabilities)
+class PostgreSQLCapabilities:
+    advisory_locks = True
+    row_lock_nowait = True
+    shared_row_locks = True
+    database_wide_write_lock = False
+    multiple_processes = True
+    tids_from_local_clock = False
+
+
+@implementer(IAdapter)
+class PostgreSQLAdapter:
+    """``PostgreSQLAdapter(dsn='', driver='auto')``.
+
+    ``dsn`` is a libpq connection string (``dbname=zodb host=db user=zope``)
+    and may hold a password; it never appears in messages or ``repr()``.
+    """
+
+    capabilities = PostgreSQLCapabilities()
+
+    def __init__(self, dsn='', driver=None):
+        given = {'dsn': dsn}
+        if driver is not None:
+            given['driver'] = driver
+        values = convert_section('postgresql', given)
+        self._dsn = values['dsn'] or ''
+        self.driver_name = values['driver']
+        self.driver = select_driver(self.driver_name)
+        self._description = describe_dsn(self.driver, self._dsn)
+        self.options = None
+
+    def configure(self, options):
+        if self.options is not None:
+            if self.options != options:
+                raise ConfigurationError(
+                    'this adapter is already used with other options: '
+                    f'{self.options!r}')
+            return
+        self.options = options
+        self.keep_history = hp = options.keep_history
+        driver = self.driver
+        self.connmanager = cm = PostgreSQLConnectionManager(
+            driver, self._dsn, options.commit_lock_timeout)
+        self.schema = PostgreSQLSchema(cm, hp)
+        self.oids = PostgreSQLOIDAllocator()
+        if hp:
+            self.locker = locks.HistoryPreservingLocker(cm)
+            self.mover = objects.HistoryPreservingMover(driver)
+            self.poller = poll.HistoryPreservingPoller()
+            self.txncontrol = transactions.HistoryPreservingTransactionControl()
+            self.history = history.HistoryPreservingHistory()
+            self.packer = pack.HistoryPreservingPacker(driver)
+        else:
+            self.locker = locks.HistoryFreeLocker(cm)
+            self.mover = objects.HistoryFreeMover(driver)
+            self.poller = poll.HistoryFreePoller()
+            self.txncontrol = transactions.HistoryFreeTransactionControl()
+            self.history = history.HistoryFreeHistory()
+            self.packer = pack.HistoryFreePacker(driver)
+
+    def database_size(self):
+        conn = self.connmanager.connect()
+        try:
+            cursor = conn.cursor()
+            cursor.execute('SELECT pg_database_size(current_database())')
+            return cursor.fetchone()[0]
+        finally:
+            self.connmanager.close(conn, None)
+
+    def describe(self):
+        return self._description
+
+    def __repr__(self):
+        return f'<PostgreSQLAdapter {self._description} ({self.driver.name})>'

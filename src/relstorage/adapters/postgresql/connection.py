@@ -1,0 +1,162 @@
+"""Connections to PostgreSQL (the connection-manager role).
+
+Every connection runs in autocommit mode, and relstorage issues BEGIN
+itself: a snapshot is ``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY``,
+a commit ``BEGIN ISOLATION LEVEL READ COMMITTED`` with ``SET LOCAL
+lock_timeout`` from commit-lock-timeout.  Between transactions a
+connection is idle, never "idle in transaction", so it does not hold back
+VACUUM.
+"""
+import contextlib
+
+from relstorage.adapters.interfaces import IConnectionManager
+from relstorage.errors import CommitLockTimeoutError
+from relstorage.errors import DisconnectedError
+from relstorage.errors import LockConflictError
+from zope.interface import implementer
+
+# SQLSTATEs (PostgreSQL appendix A).
+LOCK_NOT_AVAILABLE = '55P03'
+DEADLOCK_DETECTED = '40P01'
+SERIALIZATION_FAILURE = '40001'
+# Connection exceptions (08...) and operator intervention (57P...:
+# pg_terminate_backend, shutdown, crash) mean the session is gone.
+_GONE_PREFIXES = ('08', '57P')
+
+TEMP_STORE = """
+    CREATE TEMP TABLE IF NOT EXISTS temp_store (
+        zoid        BIGINT PRIMARY KEY,
+        prev_tid    BIGINT,
+        state       BYTEA,
+        state_size  BIGINT NOT NULL,
+        data_txn    BIGINT NOT NULL,
+        ord         BIGINT NOT NULL
+    ) ON COMMIT DELETE ROWS"""
+# (Every integer column is BIGINT: binary COPY sends 8-byte integers.)
+
+
+def describe_dsn(driver, dsn):
+    """The DSN without its password, for messages."""
+    try:
+        params = driver.parse_dsn(dsn)
+    except Exception:  # unparsable: say nothing that could leak
+        return 'postgresql:(unparsable dsn)'
+    shown = ' '.join(f'{k}={v}' for k, v in sorted(params.items())
+                     if k not in ('password', 'passfile'))
+    return f'postgresql:{shown}'
+
+
+@implementer(IConnectionManager)
+class PostgreSQLConnectionManager:
+
+    def __init__(self, driver, dsn, lock_timeout):
+        self.driver = driver
+        self._dsn = dsn
+        self.lock_timeout = lock_timeout
+        self._description = describe_dsn(driver, dsn)
+
+    def describe(self):
+        return self._description
+
+    def __repr__(self):
+        return f'<PostgreSQLConnectionManager {self._description}>'
+
+    def connect(self):
+        try:
+            return self.driver.connect(self._dsn)
+        except self.driver.Error as e:
+            raise DisconnectedError(
+                f'cannot connect to {self._description}: '
+                f'{_first_line(e)}') from None
+
+    def open_load(self):
+        conn = self.connect()
+        return conn, conn.cursor()
+
+    def open_store(self):
+        conn = self.connect()
+        cursor = conn.cursor()
+        cursor.execute(TEMP_STORE)
+        return conn, cursor
+
+    def _lock_timeout_ms(self):
+        # 0 would mean "wait forever" to PostgreSQL.
+        return max(1, int(self.lock_timeout * 1000))
+
+    def begin_store(self, conn, cursor):
+        cursor.execute('BEGIN ISOLATION LEVEL READ COMMITTED')
+        cursor.execute(f'SET LOCAL lock_timeout = {self._lock_timeout_ms()}')
+
+    def begin_write(self, cursor, what):
+        self.begin_store(None, cursor)
+
+    def begin_snapshot(self, conn, cursor):
+        cursor.execute('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
+
+    def rollback(self, conn, cursor):
+        try:
+            if _in_transaction(conn):
+                cursor.execute('ROLLBACK')
+        except self.driver.Error:
+            pass
+
+    def commit(self, conn, cursor):
+        cursor.execute('COMMIT')
+
+    def close(self, conn, cursor):
+        try:
+            self.rollback(conn, cursor)
+            conn.close()
+        except self.driver.Error:
+            pass
+
+    @contextlib.contextmanager
+    def translate(self, what='committing'):
+        driver = self.driver
+        try:
+            yield
+        except (driver.OperationalError, driver.InterfaceError,
+                driver.Error) as e:
+            code = driver.sqlstate(e)
+            if code == LOCK_NOT_AVAILABLE:
+                raise CommitLockTimeoutError(
+                    f'{what}: waited longer than commit-lock-timeout '
+                    f'({self.lock_timeout:g}s) for a lock another '
+                    f'transaction holds') from e
+            if code in (DEADLOCK_DETECTED, SERIALIZATION_FAILURE):
+                raise LockConflictError(
+                    f'{what}: PostgreSQL chose this transaction to give way '
+                    f'to a concurrent one ({_first_line(e)})') from e
+            if (code is None and isinstance(
+                    e, (driver.OperationalError, driver.InterfaceError))) or (
+                    code and code.startswith(_GONE_PREFIXES)):
+                raise DisconnectedError(
+                    f'{what}: lost the connection to {self._description}; '
+                    f'nothing of this transaction was committed '
+                    f'({_first_line(e)})') from e
+            raise
+
+    @contextlib.contextmanager
+    def write_session(self, what):
+        """A connection inside a write transaction, committed on success."""
+        conn = self.connect()
+        cursor = conn.cursor()
+        try:
+            self.begin_store(conn, cursor)
+            yield cursor
+            self.commit(conn, cursor)
+        finally:
+            self.close(conn, cursor)
+
+
+def _in_transaction(conn):
+    # psycopg2 and psycopg 3 both report libpq's status: 0 is IDLE.
+    try:
+        return int(conn.info.transaction_status) != 0
+    except Exception:
+        return True
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,76 @@
+"""Commit locking for PostgreSQL (the locker role).
+
+At vote, the rows of every object the transaction writes are locked
+``FOR UPDATE`` in oid order (so two committers cannot deadlock each other),
+then the rows of read-current objects ``FOR SHARE NOWAIT`` (a committer
+about to change one makes the vote fail at once with ReadConflictError).
+Row locks live in the rows, not in the shared lock table, so a transaction
+of a million objects does not exhaust max_locks_per_transaction.
+
+At finish, the commit lock is the row lock on ``commit_row``; it is held
+only while the tid is chosen and the staged rows are moved into place.
+Every wait is bounded by ``lock_timeout`` (commit-lock-timeout).
+"""
+from ZODB.POSException import ReadConflictError
+
+from relstorage.adapters.interfaces import ILocker
+from zope.interface import implementer
+
+from .connection import LOCK_NOT_AVAILABLE
+
+
+@implementer(ILocker)
+class PostgreSQLLocker:
+
+    LOCK_OBJECTS = None
+    LOCK_READ_CURRENT = None
+    COMMIT_LOCK = 'SELECT tid FROM commit_row WHERE id = 0 FOR UPDATE'
+
+    def __init__(self, connmanager):
+        self.connmanager = connmanager
+
+    def lock_for_vote(self, cursor, read_current_oids):
+        cursor.execute(self.LOCK_OBJECTS)
+        if not read_current_oids:
+            return
+        try:
+            cursor.execute(self.LOCK_READ_CURRENT, (list(read_current_oids),))
+        except self.connmanager.driver.Error as e:
+            if self.connmanager.driver.sqlstate(e) != LOCK_NOT_AVAILABLE:
+                raise
+            raise ReadConflictError(
+                'an object this transaction read with readCurrent is being '
+                'changed by a concurrent commit') from e
+
+    def hold_commit_lock(self, cursor):
+        cursor.execute(self.COMMIT_LOCK)
+
+
+class HistoryPreservingLocker(PostgreSQLLocker):
+    LOCK_OBJECTS = """
+        SELECT COUNT(*) FROM (
+            SELECT c.zoid FROM current_object c
+            JOIN temp_store t ON t.zoid = c.zoid
+            ORDER BY c.zoid
+            FOR UPDATE OF c) locked"""
+    LOCK_READ_CURRENT = """
+        SELECT COUNT(*) FROM (
+            SELECT zoid FROM current_object
+            WHERE zoid = ANY(%s)
+            ORDER BY zoid
+            FOR SHARE NOWAIT) locked"""
+
+
+class HistoryFreeLocker(PostgreSQLLocker):
+    LOCK_OBJECTS = """
+        SELECT COUNT(*) FROM (
+            SELECT o.zoid FROM object_state o
+            JOIN temp_store t ON t.zoid = o.zoid
+            ORDER BY o.zoid
+            FOR UPDATE OF o) locked"""
+    LOCK_READ_CURRENT = """
+        SELECT COUNT(*) FROM (
+            SELECT zoid FROM object_state
+            WHERE zoid = ANY(%s)
+            ORDER BY zoid
+            FOR SHARE NOWAIT) locked"""

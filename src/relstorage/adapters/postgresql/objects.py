@@ -1,0 +1,125 @@
+"""Reading and writing object states in PostgreSQL (the object-mover role).
+
+Staged rows reach the server with COPY in binary format (one round trip
+for the whole batch); lists of oids travel as one array parameter.
+"""
+from relstorage.adapters.objects import ObjectMover
+from relstorage.adapters.objects import _bytes
+
+TEMP_COLUMNS = ('zoid', 'prev_tid', 'state', 'state_size', 'data_txn', 'ord')
+
+
+class _PostgreSQLMover(ObjectMover):
+    PARAM = '%s'
+    CLEAR_TEMP = 'DELETE FROM temp_store'
+    DELETE_TEMP = 'DELETE FROM temp_store WHERE zoid = ANY(%s)'
+    REPLACE_TEMP = """
+        UPDATE temp_store SET prev_tid = %s, state = %s, state_size = %s,
+            data_txn = 0
+        WHERE zoid = %s"""
+    LOAD_TEMP = 'SELECT prev_tid, state, data_txn FROM temp_store WHERE zoid = %s'
+
+    def __init__(self, driver):
+        self.driver = driver
+
+    def load_currents(self, cursor, oids):
+        cursor.execute(self.LOAD_CURRENTS, (list(oids),))
+        return {oid: (_bytes(state), tid)
+                for oid, state, tid in cursor.fetchall()}
+
+    def current_tids(self, cursor, oids):
+        cursor.execute(self.CURRENT_TIDS, (list(oids),))
+        return dict(cursor.fetchall())
+
+    def upload_temp(self, cursor, rows, replace=()):
+        if replace:
+            cursor.execute(self.DELETE_TEMP, (list(replace),))
+        self.driver.copy_in(cursor, 'temp_store', TEMP_COLUMNS, [
+            (oid, prev_tid, state, 0 if state is None else len(state),
+             data_txn, ord_)
+            for oid, prev_tid, state, data_txn, ord_ in rows])
+
+
+class HistoryPreservingMover(_PostgreSQLMover):
+
+    LOAD_CURRENT = """
+        SELECT o.state, o.tid
+        FROM current_object c
+        JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
+        WHERE c.zoid = %s"""
+    LOAD_CURRENTS = """
+        SELECT o.zoid, o.state, o.tid
+        FROM current_object c
+        JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
+        WHERE c.zoid = ANY(%s)"""
+    LOAD_REVISION = 'SELECT state FROM object_state WHERE zoid = %s AND tid = %s'
+    LOAD_BEFORE = """
+        SELECT state, tid FROM object_state
+        WHERE zoid = %s AND tid < %s
+        ORDER BY tid DESC LIMIT 1"""
+    NEXT_REVISION = """
+        SELECT tid FROM object_state
+        WHERE zoid = %s AND tid > %s
+        ORDER BY tid LIMIT 1"""
+    EXISTS = 'SELECT 1 FROM object_state WHERE zoid = %s LIMIT 1'
+    CURRENT_TIDS = 'SELECT zoid, tid FROM current_object WHERE zoid = ANY(%s)'
+    DETECT_CONFLICTS = """
+        SELECT t.zoid, COALESCE(c.tid, 0), t.prev_tid, t.state
+        FROM temp_store t
+        LEFT JOIN current_object c ON c.zoid = t.zoid
+        WHERE t.prev_tid IS NOT NULL AND t.prev_tid <> COALESCE(c.tid, 0)"""
+    MOVE_FROM_TEMP = (
+        """INSERT INTO object_state
+               (zoid, tid, state, state_size, data_txn, ord)
+           SELECT zoid, %s, state, state_size, data_txn, ord
+           FROM temp_store""",
+        """INSERT INTO current_object (zoid, tid)
+           SELECT zoid, %s FROM temp_store
+           ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid""",
+    )
+    STORE_SUPERSEDED = """
+        INSERT INTO superseded_state
+            (zoid, tid, state, state_size, data_txn, ord)
+        VALUES (%s, %s, %s, %s, %s, %s)"""
+    OBJECT_COUNT = """
+        SELECT COUNT(*)
+        FROM current_object c
+        JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
+        WHERE o.state IS NOT NULL"""
+    ITER_CURRENT = """
+        SELECT o.zoid, o.tid, o.state
+        FROM current_object c
+        JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
+        WHERE c.zoid >= %s AND o.state IS NOT NULL
+        ORDER BY c.zoid LIMIT %s"""
+
+
+class HistoryFreeMover(_PostgreSQLMover):
+
+    LOAD_CURRENT = 'SELECT state, tid FROM object_state WHERE zoid = %s'
+    LOAD_CURRENTS = (
+        'SELECT zoid, state, tid FROM object_state WHERE zoid = ANY(%s)')
+    LOAD_REVISION = 'SELECT state FROM object_state WHERE zoid = %s AND tid = %s'
+    LOAD_BEFORE = (
+        'SELECT state, tid FROM object_state WHERE zoid = %s AND tid < %s')
+    NEXT_REVISION = 'SELECT tid FROM object_state WHERE zoid = %s AND tid > %s'
+    EXISTS = 'SELECT 1 FROM object_state WHERE zoid = %s'
+    CURRENT_TIDS = 'SELECT zoid, tid FROM object_state WHERE zoid = ANY(%s)'
+    DETECT_CONFLICTS = """
+        SELECT t.zoid, COALESCE(c.tid, 0), t.prev_tid, t.state
+        FROM temp_store t
+        LEFT JOIN object_state c ON c.zoid = t.zoid
+        WHERE t.prev_tid IS NOT NULL AND t.prev_tid <> COALESCE(c.tid, 0)"""
+    MOVE_FROM_TEMP = (
+        """INSERT INTO object_state (zoid, tid, state, state_size)
+           SELECT zoid, %s, state, state_size FROM temp_store
+           ON CONFLICT (zoid) DO UPDATE SET
+               tid = excluded.tid,
+               state = excluded.state,
+               state_size = excluded.state_size""",
+    )
+    OBJECT_COUNT = 'SELECT COUNT(*) FROM object_state WHERE state IS NOT NULL'
+    ITER_CURRENT = """
+        SELECT zoid, tid, state FROM object_state
+        WHERE zoid >= %s AND state IS NOT NULL
+        ORDER BY zoid LIMIT %s"""

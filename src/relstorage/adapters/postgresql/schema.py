@@ -1,0 +1,49 @@
+"""Creating and checking the PostgreSQL schema (the schema role)."""
+import contextlib
+import os
+
+from relstorage.adapters.schema import Schema
+
+TABLES = ('schema_version', 'commit_row', 'transaction_log', 'object_state',
+          'superseded_state', 'current_object')
+
+#: The advisory lock (an arbitrary constant) that serialises processes
+#: creating the schema at the same time.
+SCHEMA_LOCK = 0x52454c5354  # 'RELST'
+
+
+class PostgreSQLSchema(Schema):
+
+    DDL_DIR = os.path.dirname(os.path.abspath(__file__))
+
+    def _list_tables(self, cursor):
+        cursor.execute("""
+            SELECT table_name FROM information_schema.tables
+            WHERE table_schema = current_schema()""")
+        return [row[0] for row in cursor.fetchall()]
+
+    @contextlib.contextmanager
+    def _creating(self, conn, cursor):
+        cm = self.connmanager
+        cm.begin_store(conn, cursor)
+        # A transaction-scoped advisory lock: the second process to get it
+        # finds the schema made (its check runs after the first commits).
+        cursor.execute('SELECT pg_advisory_xact_lock(%s)', (SCHEMA_LOCK,))
+        yield
+        cm.commit(conn, cursor)
+
+    def zap_all(self):
+        with self.connmanager.write_session('clearing the database') as cur:
+            tables = set(self._list_tables(cur))
+            present = [t for t in ('object_state', 'superseded_state',
+                                   'current_object', 'transaction_log')
+                       if t in tables]
+            cur.execute(f'TRUNCATE {", ".join(present)}')
+            cur.execute('UPDATE commit_row SET tid = 0')
+            cur.execute('ALTER SEQUENCE zoid_seq RESTART WITH 1')
+
+    def drop_all(self):
+        with self.connmanager.write_session('dropping the schema') as cur:
+            for table in TABLES:
+                cur.execute(f'DROP TABLE IF EXISTS {table}')
+            cur.execute('DROP SEQUENCE IF EXISTS zoid_seq')
