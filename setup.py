@@ -24,6 +24,7 @@ setup(
     package_data={
         'relstorage': ['component.xml'],
         'relstorage.adapters.sqlite': ['*.sql'],
+        'relstorage.adapters.postgresql': ['*.sql'],
     },
     python_requires='>=3.9',
     install_requires=[
@@ -37,7 +38,9 @@ setup(
         'postgresql': ['psycopg2-binary >= 2.9', 'psycopg[binary] >= 3.1'],
         'mysql': ['mysqlclient >= 2.1', 'PyMySQL >= 1.0'],
         'oracle': ['oracledb >= 1.4'],
-        'test': ['pytest >= 7', 'zope.testing', 'manuel'],
+        # The tests run against real servers, with every driver.
+        'test': ['pytest >= 7', 'zope.testing', 'manuel',
+                 'psycopg2-binary >= 2.9', 'psycopg[binary] >= 3.1'],
         'docs': ['sphinx'],
     },
     entry_points={},

@@ -107,6 +107,16 @@ class PostgreSQLBackend:
             '    </postgresql>\n'
             '</relstorage>\n')
 
+    def kill_sessions(self, database):
+        """Drop every server session connected to ``database``, as a server
+        restart or pg_terminate_backend would.  Returns how many."""
+        name = database.rsplit('dbname=', 1)[1]
+        with self._admin.cursor() as cursor:
+            cursor.execute("""
+                SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                WHERE datname = %s AND pid <> pg_backend_pid()""", (name,))
+            return len(cursor.fetchall())
+
     def cleanup(self):
         with self._admin.cursor() as cursor:
             for name in self._databases:

@@ -1,6 +1,8 @@
 """The process-wide pool of object ids reserved from the database."""
 import threading
 
+from relstorage.errors import DisconnectedError
+
 
 class OIDPool:
     """Object ids reserved in blocks, shared by a root storage and all its
@@ -20,25 +22,37 @@ class OIDPool:
     def take(self):
         with self._lock:
             if not self._free:
-                cm = self._adapter.connmanager
-                if self._conn is None:
-                    self._conn, self._cursor = cm.open_store()
-                try:
-                    block = self._adapter.oids.new_oids(self._cursor)
-                except BaseException:
-                    cm.close(self._conn, self._cursor)
-                    self._conn = self._cursor = None
-                    raise
-                self._free = sorted(block, reverse=True)
+                self._free = sorted(self._reserve(), reverse=True)
             return self._free.pop()
+
+    def _reserve(self):
+        """A new block from the database; a connection the database dropped
+        is reopened once."""
+        cm = self._adapter.connmanager
+        for attempt in (1, 2):
+            try:
+                with cm.translate('allocating object ids'):
+                    if self._conn is None:
+                        self._conn, self._cursor = cm.open_store()
+                    return self._adapter.oids.new_oids(self._cursor)
+            except DisconnectedError:
+                self.close_connection()
+                if attempt == 2:
+                    raise
+            except BaseException:
+                self.close_connection()
+                raise
 
     def discard_through(self, oid):
         """Forget reserved ids up to ``oid`` (they were used by restore)."""
         with self._lock:
             self._free = [o for o in self._free if o > oid]
 
+    def close_connection(self):
+        if self._conn is not None:
+            self._adapter.connmanager.close(self._conn, self._cursor)
+            self._conn = self._cursor = None
+
     def close(self):
         with self._lock:
-            if self._conn is not None:
-                self._adapter.connmanager.close(self._conn, self._cursor)
-                self._conn = self._cursor = None
+            self.close_connection()

@@ -35,6 +35,7 @@ from ZODB.utils import z64
 from relstorage import undo as _undo
 from relstorage.cache import RecentStates
 from relstorage.errors import CommitLockTimeoutError
+from relstorage.errors import DisconnectedError
 from relstorage.iteration import TransactionIterator
 from relstorage.oidpool import OIDPool
 from relstorage.options import Options
@@ -148,15 +149,27 @@ class RelStorage(ConflictResolvingStorage):
 
     def _snapshot_cursor(self):
         """The cursor of this instance's read snapshot, opening one (and
-        reading its last tid) if none is open."""
+        reading its last tid) if none is open.  A connection the database
+        dropped is reopened here, between snapshots, once."""
         self._check_open()
-        cm = self._adapter.connmanager
-        if self._load_conn is None:
-            self._load_conn, self._load_cursor = cm.open_load()
         if self._snapshot_tid is None:
-            cm.begin_snapshot(self._load_conn, self._load_cursor)
-            self._snapshot_tid = self._adapter.poller.last_tid(
-                self._load_cursor)
+            cm = self._adapter.connmanager
+            for attempt in (1, 2):
+                try:
+                    with cm.translate('starting a read snapshot'):
+                        if self._load_conn is None:
+                            self._load_conn, self._load_cursor = (
+                                cm.open_load())
+                        cm.begin_snapshot(self._load_conn, self._load_cursor)
+                        self._snapshot_tid = self._adapter.poller.last_tid(
+                            self._load_cursor)
+                    break
+                except DisconnectedError:
+                    self._drop_load_connection()
+                    if attempt == 2:
+                        raise
+                    log.info('%s: reconnecting after: lost the read '
+                             'connection', self._name)
         return self._load_cursor
 
     def _end_snapshot(self):
@@ -165,6 +178,19 @@ class RelStorage(ConflictResolvingStorage):
             self._prefetched.clear()
             self._adapter.connmanager.rollback(
                 self._load_conn, self._load_cursor)
+
+    def _drop_load_connection(self):
+        self._snapshot_tid = None
+        self._prefetched.clear()
+        if self._load_conn is not None:
+            self._adapter.connmanager.close(self._load_conn, self._load_cursor)
+            self._load_conn = self._load_cursor = None
+
+    def _drop_store_connection(self):
+        if self._store_conn is not None:
+            self._adapter.connmanager.close(
+                self._store_conn, self._store_cursor)
+            self._store_conn = self._store_cursor = None
 
     def _writer_cursor(self):
         """The cursor of the committing connection.  Outside a commit it
@@ -175,15 +201,22 @@ class RelStorage(ConflictResolvingStorage):
                 self._adapter.connmanager.open_store())
         return self._store_cursor
 
-    def _close_connections(self):
+    def _read_latest(self, what, read):
+        """``read(cursor)`` on the committing connection; outside a commit a
+        connection the database dropped is reopened once."""
         cm = self._adapter.connmanager
-        self._end_snapshot()
-        if self._load_conn is not None:
-            cm.close(self._load_conn, self._load_cursor)
-            self._load_conn = self._load_cursor = None
-        if self._store_conn is not None:
-            cm.close(self._store_conn, self._store_cursor)
-            self._store_conn = self._store_cursor = None
+        for attempt in (1, 2):
+            try:
+                with cm.translate(what):
+                    return read(self._writer_cursor())
+            except DisconnectedError:
+                if self._txn is not None or attempt == 2:
+                    raise
+                self._drop_store_connection()
+
+    def _close_connections(self):
+        self._drop_load_connection()
+        self._drop_store_connection()
 
     # -- IMVCCStorage --------------------------------------------------
 
@@ -273,8 +306,9 @@ class RelStorage(ConflictResolvingStorage):
         oid_int = id_to_int(oid, 'oid')
         tid_int = id_to_int(serial, 'serial')
         with self._lock:
-            state = self._adapter.mover.load_revision(
-                self._writer_cursor(), oid_int, tid_int)
+            state = self._read_latest(
+                'loadSerial', lambda cursor: self._adapter.mover.load_revision(
+                    cursor, oid_int, tid_int))
             if state is None and not self._options.keep_history:
                 state = self._recent.get(oid_int, tid_int)
             if state is None:
@@ -301,8 +335,9 @@ class RelStorage(ConflictResolvingStorage):
     def history(self, oid, size=1):
         oid_int = id_to_int(oid, 'oid')
         with self._lock:
-            rows = self._adapter.history.object_history(
-                self._writer_cursor(), oid_int, max(size, 1))
+            rows = self._read_latest(
+                'history', lambda cursor: self._adapter.history.object_history(
+                    cursor, oid_int, max(size, 1)))
         if not rows:
             raise POSException.POSKeyError(oid)
         result = []
@@ -322,7 +357,7 @@ class RelStorage(ConflictResolvingStorage):
 
     def __len__(self):
         with self._lock:
-            return self._adapter.mover.object_count(self._writer_cursor())
+            return self._read_latest('len', self._adapter.mover.object_count)
 
     def getSize(self):
         return self._adapter.database_size()
@@ -353,8 +388,9 @@ class RelStorage(ConflictResolvingStorage):
     def record_iternext(self, next=None):
         start = 0 if next is None else id_to_int(next, 'next')
         with self._lock:
-            rows = self._adapter.mover.iter_current(
-                self._writer_cursor(), start, 2)
+            rows = self._read_latest(
+                'record_iternext', lambda cursor:
+                self._adapter.mover.iter_current(cursor, start, 2))
         if not rows:
             raise ValueError('no objects at or after that oid')
         oid, tid, state = rows[0]
@@ -404,12 +440,28 @@ class RelStorage(ConflictResolvingStorage):
                         f'{self._name}: another thread kept this storage '
                         f'committing for longer than commit-lock-timeout '
                         f'({self._options.commit_lock_timeout:g}s)')
-            cursor = self._writer_cursor()
-            self._adapter.connmanager.begin_store(self._store_conn, cursor)
-            self._adapter.mover.clear_temp(cursor)
+            cursor = self._begin_store()
             self._txn = PendingTransaction(
                 self._adapter, self._store_conn, cursor, transaction,
                 requested, status)
+
+    def _begin_store(self):
+        """Start the database transaction of a commit; a connection the
+        database dropped since the last commit is reopened once."""
+        cm = self._adapter.connmanager
+        for attempt in (1, 2):
+            try:
+                with cm.translate('starting a commit'):
+                    cursor = self._writer_cursor()
+                    cm.begin_store(self._store_conn, cursor)
+                    self._adapter.mover.clear_temp(cursor)
+                return cursor
+            except DisconnectedError:
+                self._drop_store_connection()
+                if attempt == 2:
+                    raise
+                log.info('%s: reconnecting after: lost the commit '
+                         'connection', self._name)
 
     def store(self, oid, serial, data, version, transaction):
         with self._lock:
@@ -533,8 +585,9 @@ class RelStorage(ConflictResolvingStorage):
         page = max(wanted + first, 50) if filter is None else 100
         while len(result) < wanted:
             with self._lock:
-                rows = self._adapter.history.undo_log(
-                    self._writer_cursor(), offset, page)
+                rows = self._read_latest(
+                    'undoLog', lambda cursor: self._adapter.history.undo_log(
+                        cursor, offset, page))
             if not rows:
                 break
             offset += len(rows)

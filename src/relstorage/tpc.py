@@ -101,9 +101,11 @@ class PendingTransaction:
             return
         order = self._order
         replace = [oid for oid in self._rows if oid in self._uploaded]
-        self.adapter.mover.upload_temp(self.cursor, [
-            (oid, prev, state, data_txn, order[oid])
-            for oid, (prev, state, data_txn) in self._rows.items()], replace)
+        with self.adapter.connmanager.translate('staging pickles'):
+            self.adapter.mover.upload_temp(self.cursor, [
+                (oid, prev, state, data_txn, order[oid])
+                for oid, (prev, state, data_txn) in self._rows.items()],
+                replace)
         self._uploaded.update(self._rows)
         self._rows = {}
         self._buffered = 0
