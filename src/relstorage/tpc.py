@@ -173,10 +173,11 @@ class PendingTransaction:
         self._committed_states = memory
         return self.resolved
 
-    def _check_requested_tid(self):
+    def _check_requested_tid(self, last=None):
         if self.requested_tid is None:
             return
-        last = self.adapter.poller.last_tid(self.cursor)
+        if last is None:
+            last = self.adapter.poller.last_tid(self.cursor)
         if self.requested_tid <= last:
             raise StorageTransactionError(
                 f'cannot commit with tid {p64(self.requested_tid)!r}: it is '
@@ -187,13 +188,12 @@ class PendingTransaction:
     def finish(self):
         """Publish under the commit lock and commit; returns the int tid."""
         adapter, cursor = self.adapter, self.cursor
-        adapter.locker.hold_commit_lock(cursor)
-        self._check_requested_tid()
+        last, now = adapter.locker.hold_commit_lock(cursor)
         if self.requested_tid is not None:
+            self._check_requested_tid(last)
             tid = self.requested_tid
         else:
-            last = adapter.poller.last_tid(cursor)
-            tid = choose_tid(adapter.txncontrol.now(cursor), last)
+            tid = choose_tid(now, last)
         adapter.txncontrol.record_transaction(
             cursor, tid, self.user, self.description, self.extension,
             self.status)

@@ -156,7 +156,10 @@ class ILocker(Interface):
 
     def hold_commit_lock(cursor):
         """At tpc_finish: take the commit lock, which serialises choosing a
-        transaction id and publishing it.  Released by commit/rollback."""
+        transaction id and publishing it (released by commit/rollback).
+        Returns ``(last_tid, now)``: the last committed tid and the
+        database's clock (seconds since the epoch), read under the lock in
+        as few round trips as the database allows."""
 
 
 class IObjectMover(Interface):
@@ -252,10 +255,8 @@ class IPoller(Interface):
 
 
 class ITransactionControl(Interface):
-    """Chooses transaction ids and records transactions."""
-
-    def now(cursor):
-        """The database's clock, as seconds since the epoch (float)."""
+    """Records committed transactions (the tid is chosen by the core from
+    what ILocker.hold_commit_lock reads)."""
 
     def record_transaction(cursor, tid, user, description, extension,
                            status):

@@ -19,6 +19,7 @@ from zope.interface import implementer
 LOCK_NOT_AVAILABLE = '55P03'
 DEADLOCK_DETECTED = '40P01'
 SERIALIZATION_FAILURE = '40001'
+UNIQUE_VIOLATION = '23505'
 # Connection exceptions (08...) and operator intervention (57P...:
 # pg_terminate_backend, shutdown, crash) mean the session is gone.
 _GONE_PREFIXES = ('08', '57P')
@@ -84,8 +85,10 @@ class PostgreSQLConnectionManager:
         return max(1, int(self.lock_timeout * 1000))
 
     def begin_store(self, conn, cursor):
-        cursor.execute('BEGIN ISOLATION LEVEL READ COMMITTED')
-        cursor.execute(f'SET LOCAL lock_timeout = {self._lock_timeout_ms()}')
+        # Two statements, one round trip.
+        cursor.execute(
+            'BEGIN ISOLATION LEVEL READ COMMITTED; '
+            f'SET LOCAL lock_timeout = {self._lock_timeout_ms()}')
 
     def begin_write(self, cursor, what):
         self.begin_store(None, cursor)
@@ -127,6 +130,12 @@ class PostgreSQLConnectionManager:
                 raise LockConflictError(
                     f'{what}: PostgreSQL chose this transaction to give way '
                     f'to a concurrent one ({_first_line(e)})') from e
+            if code == UNIQUE_VIOLATION:
+                # Only explicit oids (restore) can collide: allocated ones
+                # are unique.
+                raise LockConflictError(
+                    f'{what}: a concurrent transaction stored an object with '
+                    f'the same oid ({_first_line(e)})') from e
             if (code is None and isinstance(
                     e, (driver.OperationalError, driver.InterfaceError))) or (
                     code and code.startswith(_GONE_PREFIXES)):

@@ -24,7 +24,11 @@ class PostgreSQLLocker:
 
     LOCK_OBJECTS = None
     LOCK_READ_CURRENT = None
-    COMMIT_LOCK = 'SELECT tid FROM commit_row WHERE id = 0 FOR UPDATE'
+    # The lock, the last tid and the server's clock in one round trip.
+    COMMIT_LOCK = """
+        SELECT tid, EXTRACT(EPOCH FROM clock_timestamp())
+        FROM commit_row WHERE id = 0
+        FOR UPDATE"""
 
     def __init__(self, connmanager):
         self.connmanager = connmanager
@@ -44,6 +48,8 @@ class PostgreSQLLocker:
 
     def hold_commit_lock(self, cursor):
         cursor.execute(self.COMMIT_LOCK)
+        last_tid, now = cursor.fetchone()
+        return last_tid, float(now)
 
 
 class HistoryPreservingLocker(PostgreSQLLocker):

@@ -11,7 +11,6 @@ TEMP_COLUMNS = ('zoid', 'prev_tid', 'state', 'state_size', 'data_txn', 'ord')
 
 class _PostgreSQLMover(ObjectMover):
     PARAM = '%s'
-    CLEAR_TEMP = 'DELETE FROM temp_store'
     DELETE_TEMP = 'DELETE FROM temp_store WHERE zoid = ANY(%s)'
     REPLACE_TEMP = """
         UPDATE temp_store SET prev_tid = %s, state = %s, state_size = %s,
@@ -21,6 +20,11 @@ class _PostgreSQLMover(ObjectMover):
 
     def __init__(self, driver):
         self.driver = driver
+
+    def clear_temp(self, cursor):
+        # temp_store is ON COMMIT DELETE ROWS, and a rollback removes what
+        # an aborted commit staged: it is empty at every tpc_begin.
+        pass
 
     def load_currents(self, cursor, oids):
         cursor.execute(self.LOAD_CURRENTS, (list(oids),))

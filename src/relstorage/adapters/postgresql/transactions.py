@@ -1,10 +1,8 @@
-"""Transaction records for PostgreSQL (the transaction-control role).
-Transaction ids come from the server's clock."""
+"""Transaction records for PostgreSQL (the transaction-control role)."""
 from relstorage.adapters.transactions import TransactionControl
 
 
 class HistoryPreservingTransactionControl(TransactionControl):
-    NOW = 'SELECT EXTRACT(EPOCH FROM clock_timestamp())'
     UPDATE_LAST_TID = 'UPDATE commit_row SET tid = %s WHERE id = 0'
     INSERT_TRANSACTION = """
         INSERT INTO transaction_log
@@ -13,5 +11,4 @@ class HistoryPreservingTransactionControl(TransactionControl):
 
 
 class HistoryFreeTransactionControl(TransactionControl):
-    NOW = 'SELECT EXTRACT(EPOCH FROM clock_timestamp())'
     UPDATE_LAST_TID = 'UPDATE commit_row SET tid = %s WHERE id = 0'

@@ -1,8 +1,4 @@
-"""Transaction records for SQLite (the transaction-control role).
-
-SQLite runs inside this process, so its clock is this process's
-``time.time()`` (the shared default of ``now``).
-"""
+"""Transaction records for SQLite (the transaction-control role)."""
 from relstorage.adapters.transactions import TransactionControl
 
 
