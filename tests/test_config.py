@@ -1,6 +1,7 @@
 """Configuration: ZConfig and the Python API accept the same options, and a
 bad value fails at start-up naming the key and the value."""
 import os
+import sys
 
 import pytest
 import ZConfig
@@ -106,3 +107,34 @@ def test_database_file_location(tmp_path):
         assert os.path.exists(tmp_path / 'new' / 'dir' / 'relstorage.sqlite3')
     finally:
         storage.close()
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize('driver, module, package', [
+    ('psycopg2', 'psycopg2', 'psycopg2-binary'),
+    ('psycopg', 'psycopg', 'psycopg[binary]'),
+])
+def test_missing_postgresql_driver_names_the_package(
+        monkeypatch, driver, module, package):
+    from relstorage.adapters.postgresql import PostgreSQLAdapter
+    monkeypatch.setitem(sys.modules, module, None)   # import fails
+    with pytest.raises(ConfigurationError) as e:
+        PostgreSQLAdapter(dsn='dbname=x', driver=driver)
+    assert 'driver' in str(e.value) and package in str(e.value)
+
+
+@pytest.mark.postgresql
+def test_postgresql_password_never_shown(caplog):
+    from relstorage.adapters.postgresql import PostgreSQLAdapter
+    from relstorage.storage import RelStorage
+    secret = 'pa55-s3cret'
+    adapter = PostgreSQLAdapter(
+        dsn=f'host=127.0.0.1 port=1 user=zope password={secret} dbname=z',
+        driver='psycopg2')
+    assert secret not in repr(adapter) + adapter.describe()
+    with pytest.raises(Exception) as e:
+        RelStorage(adapter)          # nothing listens on port 1
+    text = str(e.value) + repr(e.value) + caplog.text
+    assert 'port=1' in text and secret not in text
+    cause = e.value.__cause__ or e.value.__context__
+    assert cause is None or secret not in str(cause)
