@@ -42,17 +42,8 @@ class SQLiteBackend:
 
     def zconfig(self, database, keep_history=True, **extra):
         """A ZConfig text opening ``database``."""
-        lines = ''.join(f'    {k.replace("_", "-")} {v}\n'
-                        for k, v in extra.items())
-        return (
-            '%import relstorage\n'
-            '<relstorage>\n'
-            f'    keep-history {"true" if keep_history else "false"}\n'
-            f'{lines}'
-            '    <sqlite3>\n'
-            f'        data-dir {database}\n'
-            '    </sqlite3>\n'
-            '</relstorage>\n')
+        return _zconfig('sqlite3', {'data-dir': database}, keep_history,
+                        extra)
 
     def cleanup(self):
         for path in self._dirs:
@@ -94,18 +85,8 @@ class PostgreSQLBackend:
         return RelStorage(self.adapter(database), **options)
 
     def zconfig(self, database, keep_history=True, **extra):
-        lines = ''.join(f'    {k.replace("_", "-")} {v}\n'
-                        for k, v in extra.items())
-        return (
-            '%import relstorage\n'
-            '<relstorage>\n'
-            f'    keep-history {"true" if keep_history else "false"}\n'
-            f'{lines}'
-            '    <postgresql>\n'
-            f'        dsn {database}\n'
-            f'        driver {self.driver}\n'
-            '    </postgresql>\n'
-            '</relstorage>\n')
+        return _zconfig('postgresql', {'dsn': database, 'driver': self.driver},
+                        keep_history, extra)
 
     def kill_sessions(self, database):
         """Drop every server session connected to ``database``, as a server
@@ -123,6 +104,18 @@ class PostgreSQLBackend:
                 cursor.execute(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
         self._databases = []
         self._admin.close()
+
+
+def _zconfig(section, adapter_keys, keep_history, extra):
+    """``%import relstorage`` and a <relstorage> section with ``extra``
+    options around an adapter section."""
+    lines = [f'    keep-history {"true" if keep_history else "false"}']
+    lines += [f'    {k.replace("_", "-")} {v}' for k, v in extra.items()]
+    lines.append(f'    <{section}>')
+    lines += [f'        {k} {v}' for k, v in adapter_keys.items()]
+    lines.append(f'    </{section}>')
+    return '%import relstorage\n<relstorage>\n' + '\n'.join(lines) + \
+        '\n</relstorage>\n'
 
 
 def _unavailable(what, error):

@@ -1,7 +1,7 @@
 """The PostgreSQL adapter, on psycopg2 (default) or psycopg 3."""
+from relstorage.adapters.adapter import Adapter
 from relstorage.adapters.interfaces import IAdapter
 from relstorage.adapters.interfaces import ICapabilities
-from relstorage.errors import ConfigurationError
 from relstorage.options import convert_section
 from zope.interface import implementer
 
@@ -29,7 +29,7 @@ class PostgreSQLCapabilities:
 
 
 @implementer(IAdapter)
-class PostgreSQLAdapter:
+class PostgreSQLAdapter(Adapter):
     """``PostgreSQLAdapter(dsn='', driver='auto')``.
 
     ``dsn`` is a libpq connection string (``dbname=zodb host=db user=zope``)
@@ -47,17 +47,9 @@ class PostgreSQLAdapter:
         self.driver_name = values['driver']
         self.driver = select_driver(self.driver_name)
         self._description = describe_dsn(self.driver, self._dsn)
-        self.options = None
 
-    def configure(self, options):
-        if self.options is not None:
-            if self.options != options:
-                raise ConfigurationError(
-                    'this adapter is already used with other options: '
-                    f'{self.options!r}')
-            return
-        self.options = options
-        self.keep_history = hp = options.keep_history
+    def _configure(self, options):
+        hp = options.keep_history
         driver = self.driver
         self.connmanager = cm = PostgreSQLConnectionManager(
             driver, self._dsn, options.commit_lock_timeout)

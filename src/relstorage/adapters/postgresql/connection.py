@@ -9,6 +9,7 @@ VACUUM.
 """
 import contextlib
 
+from relstorage.adapters.connection import ConnectionManager
 from relstorage.adapters.interfaces import IConnectionManager
 from relstorage.errors import CommitLockTimeoutError
 from relstorage.errors import DisconnectedError
@@ -48,7 +49,7 @@ def describe_dsn(driver, dsn):
 
 
 @implementer(IConnectionManager)
-class PostgreSQLConnectionManager:
+class PostgreSQLConnectionManager(ConnectionManager):
 
     def __init__(self, driver, dsn, lock_timeout):
         self.driver = driver
@@ -96,22 +97,12 @@ class PostgreSQLConnectionManager:
     def begin_snapshot(self, conn, cursor):
         cursor.execute('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
 
-    def rollback(self, conn, cursor):
+    def _in_transaction(self, conn):
+        # psycopg2 and psycopg 3 both report libpq's status: 0 is IDLE.
         try:
-            if _in_transaction(conn):
-                cursor.execute('ROLLBACK')
-        except self.driver.Error:
-            pass
-
-    def commit(self, conn, cursor):
-        cursor.execute('COMMIT')
-
-    def close(self, conn, cursor):
-        try:
-            self.rollback(conn, cursor)
-            conn.close()
-        except self.driver.Error:
-            pass
+            return int(conn.info.transaction_status) != 0
+        except Exception:
+            return True
 
     @contextlib.contextmanager
     def translate(self, what='committing'):
@@ -144,26 +135,6 @@ class PostgreSQLConnectionManager:
                     f'nothing of this transaction was committed '
                     f'({_first_line(e)})') from e
             raise
-
-    @contextlib.contextmanager
-    def write_session(self, what):
-        """A connection inside a write transaction, committed on success."""
-        conn = self.connect()
-        cursor = conn.cursor()
-        try:
-            self.begin_store(conn, cursor)
-            yield cursor
-            self.commit(conn, cursor)
-        finally:
-            self.close(conn, cursor)
-
-
-def _in_transaction(conn):
-    # psycopg2 and psycopg 3 both report libpq's status: 0 is IDLE.
-    try:
-        return int(conn.info.transaction_status) != 0
-    except Exception:
-        return True
 
 
 def _first_line(error):

@@ -6,6 +6,7 @@ write lock from vote to finish.
 """
 import os
 
+from relstorage.adapters.adapter import Adapter
 from relstorage.adapters.interfaces import IAdapter
 from relstorage.adapters.interfaces import ICapabilities
 from relstorage.errors import ConfigurationError
@@ -37,7 +38,7 @@ class SQLiteCapabilities:
 
 
 @implementer(IAdapter)
-class SQLiteAdapter:
+class SQLiteAdapter(Adapter):
     """``SQLiteAdapter(data_dir, driver='auto', pragmas=None)``.
 
     Arguments are the keys of the ``<sqlite3>`` section; bad values raise
@@ -58,22 +59,14 @@ class SQLiteAdapter:
         self.driver = select_driver(self.driver_name)
         self.pragmas = check_pragmas(self.driver, pragmas)
         self.path = os.path.join(self.data_dir, DB_FILENAME)
-        self.options = None
 
-    def configure(self, options):
-        if self.options is not None:
-            if self.options != options:
-                raise ConfigurationError(
-                    'this adapter is already used with other options: '
-                    f'{self.options!r}')
-            return
+    def _configure(self, options):
         try:
             os.makedirs(self.data_dir, exist_ok=True)
         except OSError as e:
             raise ConfigurationError(
                 f'data-dir: cannot create {self.data_dir!r}: {e}') from e
-        self.options = options
-        self.keep_history = hp = options.keep_history
+        hp = options.keep_history
         self.connmanager = cm = SQLiteConnectionManager(
             self.driver, self.path, self.pragmas, options.commit_lock_timeout)
         self.schema = SQLiteSchema(cm, hp)

@@ -2,6 +2,7 @@
 import contextlib
 import re
 
+from relstorage.adapters.connection import ConnectionManager
 from relstorage.adapters.interfaces import IConnectionManager
 from relstorage.errors import CommitLockTimeoutError
 from relstorage.errors import ConfigurationError
@@ -55,7 +56,7 @@ def check_pragmas(driver, pragmas):
 
 
 @implementer(IConnectionManager)
-class SQLiteConnectionManager:
+class SQLiteConnectionManager(ConnectionManager):
 
     def __init__(self, driver, path, pragmas, lock_timeout):
         self.driver = driver
@@ -118,23 +119,8 @@ class SQLiteConnectionManager:
         # and lasts until the transaction ends; writers are not blocked.
         cursor.execute('BEGIN DEFERRED')
 
-    def rollback(self, conn, cursor):
-        try:
-            if conn.in_transaction:
-                conn.execute('ROLLBACK')
-        except self.driver.Error:
-            pass
-
-    def commit(self, conn, cursor):
-        if conn.in_transaction:
-            conn.execute('COMMIT')
-
-    def close(self, conn, cursor):
-        try:
-            self.rollback(conn, cursor)
-            conn.close()
-        except self.driver.Error:
-            pass
+    def _in_transaction(self, conn):
+        return conn.in_transaction
 
     def begin_write(self, cursor, what):
         """Take SQLite's database-wide write lock, waiting at most the lock
@@ -153,15 +139,3 @@ class SQLiteConnectionManager:
                 f'{what}: another connection kept the SQLite database '
                 f'{self.path} locked for longer than commit-lock-timeout '
                 f'({self.lock_timeout:g}s)') from e
-
-    @contextlib.contextmanager
-    def write_session(self, what):
-        """A connection inside a write transaction, committed on success."""
-        conn = self.connect()
-        try:
-            cursor = conn.cursor()
-            self.begin_write(cursor, what)
-            yield cursor
-            self.commit(conn, cursor)
-        finally:
-            self.close(conn, cursor)
