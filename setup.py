@@ -25,6 +25,7 @@ setup(
         'relstorage': ['component.xml'],
         'relstorage.adapters.sqlite': ['*.sql'],
         'relstorage.adapters.postgresql': ['*.sql'],
+        'relstorage.adapters.mysql': ['*.sql'],
     },
     python_requires='>=3.9',
     install_requires=[

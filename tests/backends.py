@@ -14,9 +14,11 @@ import pytest
 
 from relstorage.storage import RelStorage
 
-#: Where the test server is; tests create and drop their own databases.
+#: Where the test servers are; tests create and drop their own databases.
 PG_DSN = os.environ.get('RELSTORAGE_TEST_PG_DSN',
                         'host=127.0.0.1 port=5432 user=root')
+MYSQL_HOST = os.environ.get('RELSTORAGE_TEST_MYSQL_HOST', '127.0.0.1')
+MYSQL_USER = os.environ.get('RELSTORAGE_TEST_MYSQL_USER', 'root')
 
 
 class SQLiteBackend:
@@ -106,6 +108,68 @@ class PostgreSQLBackend:
         self._admin.close()
 
 
+class MySQLBackend:
+    """A MySQL or MariaDB server: each database is created for one test and
+    dropped afterwards."""
+
+    marker = 'mysql'
+
+    def __init__(self, driver='mysqlclient'):
+        self.driver = driver
+        self.name = 'mysql' if driver == 'mysqlclient' else 'mysql-pymysql'
+        self._databases = []
+        try:
+            import pymysql
+            self._admin = pymysql.connect(host=MYSQL_HOST, user=MYSQL_USER,
+                                          autocommit=True)
+        except Exception as e:
+            _unavailable(f'MySQL at {MYSQL_USER}@{MYSQL_HOST}', e)
+
+    def new_database(self):
+        name = 'relstorage_test_' + uuid.uuid4().hex[:12]
+        with self._admin.cursor() as cursor:
+            cursor.execute(f'CREATE DATABASE {name}')
+        self._databases.append(name)
+        return name
+
+    def _keys(self, database):
+        return {'host': MYSQL_HOST, 'user': MYSQL_USER, 'db': database}
+
+    def adapter(self, database, **adapter_options):
+        from relstorage.adapters.mysql import MySQLAdapter
+        adapter_options.setdefault('driver', self.driver)
+        return MySQLAdapter(**self._keys(database), **adapter_options)
+
+    def open(self, database, **options):
+        return RelStorage(self.adapter(database), **options)
+
+    def zconfig(self, database, keep_history=True, **extra):
+        keys = self._keys(database)
+        keys['driver'] = self.driver
+        return _zconfig('mysql', keys, keep_history, extra)
+
+    def kill_sessions(self, database):
+        """Kill every server session using ``database``."""
+        with self._admin.cursor() as cursor:
+            cursor.execute("""
+                SELECT id FROM information_schema.processlist
+                WHERE db = %s AND id <> CONNECTION_ID()""", (database,))
+            ids = [row[0] for row in cursor.fetchall()]
+            for session in ids:
+                try:
+                    cursor.execute(f'KILL {int(session)}')
+                except Exception:   # it ended by itself meanwhile
+                    pass
+        return len(ids)
+
+    def cleanup(self):
+        with self._admin.cursor() as cursor:
+            for name in self._databases:
+                cursor.execute(f'DROP DATABASE IF EXISTS {name}')
+        self._databases = []
+        self._admin.close()
+
+
 def _zconfig(section, adapter_keys, keep_history, extra):
     """``%import relstorage`` and a <relstorage> section with ``extra``
     options around an adapter section."""
@@ -131,5 +195,7 @@ BACKENDS = {
     'sqlite': SQLiteBackend,
     'postgresql': PostgreSQLBackend,
     'postgresql-psycopg': lambda: PostgreSQLBackend('psycopg'),
+    'mysql': MySQLBackend,
+    'mysql-pymysql': lambda: MySQLBackend('PyMySQL'),
 }
 

@@ -5,7 +5,8 @@ from backends import BACKENDS
 
 
 MARKERS = {'sqlite': 'sqlite', 'postgresql': 'postgresql',
-           'postgresql-psycopg': 'postgresql'}
+           'postgresql-psycopg': 'postgresql', 'mysql': 'mysql',
+           'mysql-pymysql': 'mysql'}
 
 
 def pytest_configure(config):

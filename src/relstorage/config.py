@@ -38,3 +38,16 @@ class PostgreSQLAdapterFactory:
         from relstorage.adapters.postgresql import PostgreSQLAdapter
         return PostgreSQLAdapter(dsn=self.config.dsn,
                                  driver=self.config.driver)
+
+
+class MySQLAdapterFactory:
+    """The datatype of the ``<mysql>`` section."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def create(self):
+        from relstorage.adapters.mysql import MySQLAdapter
+        from relstorage.adapters.mysql.adapter import CONNECT_KEYS
+        keys = {k: getattr(self.config, k) for k in CONNECT_KEYS}
+        return MySQLAdapter(driver=self.config.driver, **keys)

@@ -46,6 +46,17 @@ def _seconds(key, value):
     return number
 
 
+def _integer(key, low, high, value):
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        raise ConfigurationError(
+            f'{key}: {value!r} is not a whole number from {low} to {high}')
+    return number
+
+
 def _text(key, value):
     if value is None:
         return ''
@@ -85,6 +96,17 @@ sqlite_driver = functools.partial(_choice, ('auto', 'sqlite3'), 'driver')
 dsn = functools.partial(_text, 'dsn')
 postgresql_driver = functools.partial(
     _choice, ('auto', 'psycopg2', 'psycopg'), 'driver')
+mysql_driver = functools.partial(
+    _choice, ('auto', 'mysqlclient', 'PyMySQL'), 'driver')
+host = functools.partial(_text, 'host')
+user = functools.partial(_text, 'user')
+passwd = functools.partial(_text, 'passwd')
+db = functools.partial(_text, 'db')
+unix_socket = functools.partial(_text, 'unix_socket')
+read_default_file = functools.partial(_text, 'read_default_file')
+read_default_group = functools.partial(_text, 'read_default_group')
+port = functools.partial(_integer, 'port', 1, 65535)
+connect_timeout = functools.partial(_integer, 'connect_timeout', 1, 86400)
 
 
 @functools.lru_cache(maxsize=None)
@@ -116,16 +138,17 @@ def convert_section(section, values):
     Unknown names raise ConfigurationError; so does a missing required key.
     """
     keys = section_keys(section)
-    given = {k.replace('_', '-'): v for k, v in values.items()}
-    unknown = sorted(set(given) - set(keys))
+    attrs = {key.replace('-', '_'): key for key in keys}
+    given = {k.replace('-', '_'): v for k, v in values.items()}
+    unknown = sorted(set(given) - set(attrs))
     if unknown:
         raise ConfigurationError(
             f'unknown {section} option(s): {", ".join(unknown)}; '
             f'known: {", ".join(sorted(keys))}')
     result = {}
-    for key, (datatype, default) in keys.items():
-        value = given.get(key, default)
-        attr = key.replace('-', '_')
+    for attr, key in attrs.items():
+        datatype, default = keys[key]
+        value = given.get(attr, default)
         if value is None:
             result[attr] = None
         else:

@@ -477,6 +477,7 @@ class RelStorage(ConflictResolvingStorage):
                 raise POSException.StorageError(
                     f'store(): the data of oid {oid!r} is a '
                     f'{type(data).__name__}, not bytes')
+            self._adapter.mover.check_state_size(oid, len(data))
             txn.add(oid_int, prev, data)
 
     def restore(self, oid, serial, data, version, prev_txn, transaction):
@@ -498,6 +499,8 @@ class RelStorage(ConflictResolvingStorage):
                 raise POSException.StorageError(
                     f'restore(): the data of oid {oid!r} is a '
                     f'{type(data).__name__}, not bytes')
+            if data is not None:
+                self._adapter.mover.check_state_size(oid, len(data))
             txn.add(oid_int, None, data, data_txn)
 
     def deleteObject(self, oid, oldserial, transaction):

@@ -165,6 +165,10 @@ class ILocker(Interface):
 class IObjectMover(Interface):
     """Reads object states and moves a commit's pending rows into place."""
 
+    def check_state_size(oid, size):
+        """Raise StorageError naming the oid and the server setting if a
+        state of ``size`` bytes can never be stored."""
+
     def load_current(cursor, oid):
         """``(state, tid)`` of the current revision, or None if the object
         does not exist.  ``state`` is None for a deleted object."""

@@ -49,19 +49,23 @@ class Schema:
         conn = cm.connect()
         cursor = conn.cursor()
         try:
-            if self._tables(cursor):
+            if self._complete(cursor):
                 # The usual case: nothing to create, so no lock to take
                 # (another process may be committing right now).
                 self._check(cursor)
                 return
             if not create or read_only:
                 raise SchemaError(
-                    f'{self.describe()} holds no relstorage schema and '
-                    f'create-schema is false (or the storage is read-only)')
+                    f'{self.describe()} holds no (or an incomplete) '
+                    f'relstorage schema and create-schema is false (or the '
+                    f'storage is read-only)')
             with self._creating(conn, cursor):
-                if self._tables(cursor):
+                if self._complete(cursor):
                     self._check(cursor)     # another process was faster
                 else:
+                    # Where DDL is not transactional (MySQL) another
+                    # process may be half-way: the statements are
+                    # idempotent there, so running them all completes it.
                     for stmt in ddl_statements(self.DDL_DIR,
                                                self.keep_history):
                         cursor.execute(stmt)
@@ -86,6 +90,13 @@ class Schema:
                 f'{self.describe()} holds tables that are not a relstorage '
                 f'schema: {", ".join(sorted(tables))}')
         return tables
+
+    def _complete(self, cursor):
+        """True if the schema exists with its version row."""
+        if not self._tables(cursor):
+            return False
+        cursor.execute('SELECT COUNT(*) FROM schema_version')
+        return cursor.fetchone()[0] > 0
 
     def _check(self, cursor):
         cursor.execute('SELECT version, keep_history FROM schema_version')

@@ -1,0 +1,142 @@
+"""Connections to MySQL and MariaDB (the connection-manager role).
+
+Connections run in autocommit mode, in UTC, and relstorage starts
+transactions itself: a snapshot is a REPEATABLE READ ``START TRANSACTION
+WITH CONSISTENT SNAPSHOT, READ ONLY``; a commit is READ COMMITTED (so that
+conflict checks see the latest committed rows) with
+``innodb_lock_wait_timeout`` from commit-lock-timeout.
+"""
+import contextlib
+import math
+
+from relstorage.adapters.connection import ConnectionManager
+from relstorage.adapters.interfaces import IConnectionManager
+from relstorage.errors import CommitLockTimeoutError
+from relstorage.errors import DisconnectedError
+from relstorage.errors import LockConflictError
+from ZODB.POSException import StorageError
+from zope.interface import implementer
+
+from .drivers import error_number
+
+# Server error numbers.
+ER_LOCK_WAIT_TIMEOUT = 1205
+ER_LOCK_DEADLOCK = 1213
+ER_LOCK_NOWAIT = 3572             # MySQL 8's NOWAIT failure
+ER_DUP_ENTRY = 1062
+ER_NET_PACKET_TOO_LARGE = 1153
+# The session is gone: server gone away, lost connection, killed,
+# shut down, and MySQL 8's "disconnected by the server".
+_GONE = {2006, 2013, 2055, 1927, 1053, 4031}
+
+TEMP_STORE = """
+    CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
+        zoid        BIGINT NOT NULL PRIMARY KEY,
+        prev_tid    BIGINT,
+        state       LONGBLOB,
+        state_size  BIGINT NOT NULL,
+        data_txn    BIGINT NOT NULL,
+        ord         BIGINT NOT NULL
+    ) ENGINE = InnoDB"""
+
+
+def describe_params(params):
+    """Where the server is, without the password, for messages."""
+    shown = ' '.join(f'{k}={v}' for k, v in sorted(params.items())
+                     if k not in ('passwd', 'password'))
+    return f'mysql:{shown}'
+
+
+@implementer(IConnectionManager)
+class MySQLConnectionManager(ConnectionManager):
+
+    def __init__(self, driver, params, lock_timeout):
+        self.driver = driver
+        self._params = params
+        self.lock_timeout = lock_timeout
+        self._description = describe_params(params)
+        self.is_mariadb = None          # learnt at the first connection
+        self.max_allowed_packet = None
+
+    def describe(self):
+        return self._description
+
+    def __repr__(self):
+        return f'<MySQLConnectionManager {self._description}>'
+
+    def connect(self):
+        try:
+            conn = self.driver.connect(self._params)
+        except self.driver.Error as e:
+            raise DisconnectedError(
+                f'cannot connect to {self._description}: {e}') from None
+        cursor = conn.cursor()
+        # InnoDB takes whole seconds, at least 1.
+        seconds = max(1, math.ceil(self.lock_timeout))
+        cursor.execute(
+            f"SET time_zone = '+00:00', innodb_lock_wait_timeout = {seconds}")
+        if self.is_mariadb is None:
+            cursor.execute('SELECT VERSION(), @@max_allowed_packet')
+            version, packet = cursor.fetchone()
+            self.is_mariadb = 'mariadb' in version.lower()
+            self.max_allowed_packet = int(packet)
+        cursor.close()
+        return conn
+
+    def open_load(self):
+        conn = self.connect()
+        return conn, conn.cursor()
+
+    def open_store(self):
+        conn = self.connect()
+        cursor = conn.cursor()
+        cursor.execute(TEMP_STORE)
+        return conn, cursor
+
+    def _in_transaction(self, conn):
+        # Neither driver reports it portably; ROLLBACK outside a
+        # transaction is harmless.
+        return True
+
+    def begin_store(self, conn, cursor):
+        cursor.execute('SET TRANSACTION ISOLATION LEVEL READ COMMITTED')
+        cursor.execute('START TRANSACTION')
+
+    def begin_write(self, cursor, what):
+        self.begin_store(None, cursor)
+
+    def begin_snapshot(self, conn, cursor):
+        cursor.execute('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ')
+        cursor.execute(
+            'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY')
+
+    @contextlib.contextmanager
+    def translate(self, what='committing'):
+        driver = self.driver
+        try:
+            yield
+        except driver.Error as e:
+            number = error_number(e)
+            if number in (ER_LOCK_WAIT_TIMEOUT, ER_LOCK_NOWAIT):
+                raise CommitLockTimeoutError(
+                    f'{what}: waited longer than commit-lock-timeout '
+                    f'({self.lock_timeout:g}s, innodb_lock_wait_timeout) for '
+                    f'a lock another transaction holds') from e
+            if number == ER_LOCK_DEADLOCK:
+                raise LockConflictError(
+                    f'{what}: InnoDB chose this transaction as a deadlock '
+                    f'victim ({e})') from e
+            if number == ER_DUP_ENTRY:
+                raise LockConflictError(
+                    f'{what}: a concurrent transaction stored an object with '
+                    f'the same oid ({e})') from e
+            if number == ER_NET_PACKET_TOO_LARGE:
+                raise StorageError(
+                    f'{what}: a statement exceeded the server\'s '
+                    f'max_allowed_packet ({self.max_allowed_packet} bytes); '
+                    f'raise max_allowed_packet') from e
+            if number in _GONE or isinstance(e, driver.InterfaceError):
+                raise DisconnectedError(
+                    f'{what}: lost the connection to {self._description}; '
+                    f'nothing of this transaction was committed ({e})') from e
+            raise

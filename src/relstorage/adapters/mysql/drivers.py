@@ -1,0 +1,83 @@
+"""MySQL drivers: mysqlclient (the default) and PyMySQL (pure Python).
+
+Each driver object gives the adapter what differs between them: the
+connect call, the exception classes and the server error number.
+``select_driver`` fails at start-up, naming the package to install, when a
+named driver is missing.
+"""
+from relstorage.errors import ConfigurationError
+
+
+class MySQLclientDriver:
+    name = 'mysqlclient'
+    package = ('mysqlclient (pip install mysqlclient; it builds against '
+               'libmariadb-dev or libmysqlclient-dev), or relstorage[mysql]')
+
+    def __init__(self):
+        import MySQLdb
+        self.module = MySQLdb
+        self.Error = MySQLdb.Error
+        self.OperationalError = MySQLdb.OperationalError
+        self.InterfaceError = MySQLdb.InterfaceError
+
+    def connect(self, params):
+        return self.module.connect(autocommit=True, charset='utf8mb4',
+                                   **params)
+
+
+class PyMySQLDriver:
+    name = 'PyMySQL'
+    package = 'PyMySQL (pip install PyMySQL), or relstorage[mysql]'
+
+    def __init__(self):
+        import pymysql
+        self.module = pymysql
+        self.Error = pymysql.err.Error
+        self.OperationalError = pymysql.err.OperationalError
+        self.InterfaceError = pymysql.err.InterfaceError
+
+    def connect(self, params):
+        params = dict(params)
+        # PyMySQL's names for two of libmysqlclient's keys.
+        if 'passwd' in params:
+            params['password'] = params.pop('passwd')
+        if 'db' in params:
+            params['database'] = params.pop('db')
+        return self.module.connect(autocommit=True, charset='utf8mb4',
+                                   **params)
+
+
+def error_number(error):
+    """The server's error number (ER_...) of a driver exception, or None."""
+    args = getattr(error, 'args', ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+DRIVERS = {'mysqlclient': MySQLclientDriver, 'PyMySQL': PyMySQLDriver}
+
+
+def select_driver(name):
+    """The driver for the ``driver`` option: ``auto`` tries mysqlclient,
+    then PyMySQL."""
+    if name == 'auto':
+        errors = []
+        for candidate in ('mysqlclient', 'PyMySQL'):
+            try:
+                return DRIVERS[candidate]()
+            except ImportError as e:
+                errors.append(f'{candidate}: {e}')
+        raise ConfigurationError(
+            'driver: auto found no MySQL driver; install mysqlclient or '
+            f'PyMySQL, or relstorage[mysql] ({"; ".join(errors)})')
+    try:
+        factory = DRIVERS[name]
+    except KeyError:
+        raise ConfigurationError(
+            f'driver: {name!r} is not one of auto, mysqlclient, PyMySQL'
+        ) from None
+    try:
+        return factory()
+    except ImportError as e:
+        raise ConfigurationError(
+            f'driver: {name!r} is not installed; install {factory.package} '
+            f'({e})') from e
