@@ -35,6 +35,7 @@ class PyMySQLDriver:
         self.Error = pymysql.err.Error
         self.OperationalError = pymysql.err.OperationalError
         self.InterfaceError = pymysql.err.InterfaceError
+        self._connection_class = _connection_class(pymysql)
 
     def connect(self, params):
         params = dict(params)
@@ -43,8 +44,33 @@ class PyMySQLDriver:
             params['password'] = params.pop('passwd')
         if 'db' in params:
             params['database'] = params.pop('db')
-        return self.module.connect(autocommit=True, charset='utf8mb4',
-                                   **params)
+        return self._connection_class(autocommit=True, charset='utf8mb4',
+                                      **params)
+
+
+def _connection_class(pymysql):
+    """PyMySQL's Connection, sharing one default TLS context.
+
+    With no ssl options PyMySQL prefers TLS and builds a fresh default
+    SSLContext for every connection, which loads the system's CA
+    certificates each time (23 ms of a 30 ms connect, measured here with
+    cProfile).  The default context is the same every time, so it is made
+    once.  Explicit ssl options still get a context of their own.
+    """
+    base = pymysql.connections.Connection
+    if not hasattr(base, '_create_ssl_ctx'):
+        return base
+    shared = []
+
+    class Connection(base):
+        def _create_ssl_ctx(self, sslp):
+            if sslp:
+                return super()._create_ssl_ctx(sslp)
+            if not shared:
+                shared.append(super()._create_ssl_ctx(sslp))
+            return shared[0]
+
+    return Connection
 
 
 def error_number(error):
