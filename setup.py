@@ -41,7 +41,8 @@ setup(
         'oracle': ['oracledb >= 1.4'],
         # The tests run against real servers, with every driver.
         'test': ['pytest >= 7', 'zope.testing', 'manuel',
-                 'psycopg2-binary >= 2.9', 'psycopg[binary] >= 3.1'],
+                 'psycopg2-binary >= 2.9', 'psycopg[binary] >= 3.1',
+                 'mysqlclient >= 2.1', 'PyMySQL >= 1.0'],
         'docs': ['sphinx'],
     },
     entry_points={},

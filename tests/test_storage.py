@@ -232,3 +232,20 @@ def test_zap_all_empties_the_database(open_storage):
     assert len(storage) == 0
     with pytest.raises(POSKeyError):
         storage.load(oid)
+
+
+def test_state_larger_than_the_server_allows_fails_at_store(open_storage):
+    storage = open_storage()
+    limit = getattr(storage._adapter.connmanager, 'max_allowed_packet', None)
+    if not limit:
+        pytest.skip('this database has no per-statement size limit')
+    oid = storage.new_oid()
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    try:
+        with pytest.raises(StorageError) as e:
+            storage.store(oid, z64, b'x' * limit, '', t)
+        assert 'max_allowed_packet' in str(e.value)
+        assert repr(oid) in str(e.value)
+    finally:
+        storage.tpc_abort(t)
