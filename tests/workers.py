@@ -1,4 +1,5 @@
-"""Child-process programs for tests/test_processes.py (not a test module).
+"""Child-process programs for tests/test_processes.py and
+tests/test_invariants.py (not a test module).
 
 Run as ``python tests/workers.py COMMAND CONFIG_FILE [ARGS...]``, where
 CONFIG_FILE holds the ZConfig text of a ``<relstorage>`` section (the text
@@ -33,6 +34,32 @@ Commands:
     and then keeps the transaction open, holding whatever locks vote took,
     until stdin says ``abort`` or ``finish`` (or closes: abort).  Made to be
     killed while it holds them.
+
+``transfers CONFIG NAME N TOTAL SEED [PAUSE [BEGIN]]``
+    Says ``ready`` once the database is open, waits for ``go``, then runs N
+    transactions, each moving money between two of the ``Account`` objects
+    in ``root['accounts']`` (an OOBTree keyed 0, 1, ...) and appending
+    ``(source, target, amount, witness, seen_source, seen_target,
+    seen_witness)`` under its index in ``root['transfers'][NAME]`` (an
+    OOBTree), retrying on conflicts.  A transfer never overdraws its source
+    (the amount is capped by the source's balance, possibly to 0).  About
+    one transaction in four is a witnessed transfer: it reads a third
+    account (the witness, -1 in other entries), ``readCurrent()``s it and
+    moves an amount derived from the witness's balance, or 0 when that is
+    not positive.  Before writing, every transaction reads all the
+    balances and checks that they add up to TOTAL; a view that does not is
+    a torn state, counted in ``torn`` (the run goes on).  The same check
+    runs in a read-only transaction before every AUDIT_EVERY-th transfer.
+    Views also count in ``went_backwards`` when every account is older
+    than in an earlier view, and in ``lost_own`` when the process's own
+    log misses one of its committed transfers.  SEED seeds the
+    choices; PAUSE (seconds, default 0) is slept between changing the
+    objects and committing.  BEGIN is ``explicit`` (the default: an
+    explicit transaction manager, ``begin()`` before every transaction) or
+    ``implicit`` (a classic manager and no ``begin()``: each transaction
+    starts when the previous one ends, the way many applications run).
+    Ends with a ``result`` event that holds,
+    among the counts, the tid of each committed transfer (``tids``).
 
 ``oids CONFIG COUNT``
     Says ``ready``, waits for ``go``, calls ``new_oid()`` COUNT times and
@@ -73,6 +100,28 @@ class Counter(Persistent):
     """
 
     value = 0
+
+
+class Account(Persistent):
+    """A bank account that every ``transfers`` process debits and credits.
+
+    It deliberately has no ``_p_resolveConflict``: concurrent changes of
+    one account are a real ConflictError that the loser must retry.
+    """
+
+    balance = 0
+
+
+def prepare_accounts(root, balances, names):
+    """Create what the ``transfers`` command expects under ``root``: the
+    accounts with the given opening ``balances`` and one empty transfer
+    log per worker name."""
+    accounts = root['accounts'] = OOBTree()
+    for number, balance in enumerate(balances):
+        accounts[number] = Account()
+        accounts[number].balance = balance
+    root['transfers'] = PersistentMapping(
+        {name: OOBTree() for name in names})
 
 
 def prepare_counter(root, names):
@@ -220,6 +269,186 @@ def run_counter(config_path, name, count, pause='0'):
         db.close()
 
 
+#: Share of the ``transfers`` transactions that are witnessed transfers.
+WITNESSED = 0.25
+
+#: Largest amount one transfer moves.
+MAX_AMOUNT = 10
+
+#: A ``transfers`` worker runs a read-only transaction that checks its
+#: view before every AUDIT_EVERY-th transfer.
+AUDIT_EVERY = 5
+
+#: Torn views a ``transfers`` worker describes in its result.
+TORN_EXAMPLES = 3
+
+
+def witnessed_amount(seen_source, seen_witness):
+    """What a witnessed transfer moves out of a source holding
+    ``seen_source`` when its witness holds ``seen_witness``: nothing unless
+    the witness's balance is positive, else one more than that balance
+    modulo MAX_AMOUNT, but never more than the source holds."""
+    if seen_witness <= 0:
+        return 0
+    return min(seen_source, 1 + seen_witness % MAX_AMOUNT)
+
+
+def run_transfers(config_path, name, count, total, seed, pause='0',
+                  begin='explicit'):
+    import random
+
+    import transaction
+    import ZODB
+    from ZODB.POSException import ConflictError
+    from ZODB.POSException import ReadConflictError
+    from transaction.interfaces import TransientError
+
+    from relstorage.errors import CommitLockTimeoutError
+    from relstorage.errors import LockConflictError
+
+    count = int(count)
+    total = int(total)
+    pause = float(pause)
+    if begin not in ('explicit', 'implicit'):
+        raise SystemExit(f'BEGIN must be explicit or implicit: {begin!r}')
+    explicit = begin == 'explicit'
+    rng = random.Random(f'{seed}/{name}')
+    db = ZODB.DB(open_storage(config_path))
+    try:
+        tm = transaction.TransactionManager(explicit=explicit)
+        conn = db.open(tm)
+
+        def start():
+            # Without explicit transactions the Connection already moved
+            # to a new view when the previous transaction ended.
+            if explicit:
+                tm.begin()
+
+        try:
+            with tm:
+                root = conn.root()
+                numbers = list(root['accounts'].keys())
+                opening = sum(a.balance for a in root['accounts'].values())
+                assert len(root['transfers'][name]) == 0, 'log not empty'
+            emit('ready', name=name, pid=os.getpid(), accounts=len(numbers),
+                 opening_total=opening)
+            wait_for_go()
+            stats = dict(attempts=0, conflicts=0, read_conflicts=0,
+                         lock_conflicts=0, lock_timeouts=0,
+                         other_transient=0, witnessed=0, zero_amounts=0,
+                         views=0, audits=0, torn=0, went_backwards=0,
+                         lost_own=0)
+            torn_examples = []
+            tids = []
+            # The newest account serial this process has seen: a later
+            # view showing only older ones went back in time.
+            newest = [0]
+
+            def look(i):
+                """Read every balance in the current transaction (which
+                loads every account: none stays a ghost) and check the
+                view; return ``{number: balance}``."""
+                root = conn.root()
+                accounts = root['accounts']
+                view = {n: accounts[n].balance for n in numbers}
+                stats['views'] += 1
+                if sum(view.values()) != total:
+                    stats['torn'] += 1
+                    if len(torn_examples) < TORN_EXAMPLES:
+                        torn_examples.append(dict(
+                            transaction=i, sum=sum(view.values()),
+                            balances=view))
+                serial = max(int.from_bytes(accounts[n]._p_serial, 'big')
+                             for n in numbers)
+                if serial < newest[0]:
+                    stats['went_backwards'] += 1
+                newest[0] = max(newest[0], serial)
+                # Its own earlier transfers are visible to it.
+                if len(root['transfers'][name]) != i:
+                    stats['lost_own'] += 1
+                return view
+
+            started = time.monotonic()
+            for i in range(count):
+                if i % AUDIT_EVERY == 0:
+                    # A read-only transaction now and then.
+                    start()
+                    look(i)
+                    tm.commit()
+                    stats['audits'] += 1
+                for _ in range(MAX_ATTEMPTS):
+                    stats['attempts'] += 1
+                    start()
+                    try:
+                        root = conn.root()
+                        accounts = root['accounts']
+                        view = look(i)
+                        source, target = rng.sample(numbers, 2)
+                        if rng.random() < WITNESSED:
+                            witness = rng.choice(
+                                [n for n in numbers
+                                 if n not in (source, target)])
+                            witness_acct = accounts[witness]
+                            seen_witness = witness_acct.balance
+                            assert witness_acct._p_changed is False
+                            conn.readCurrent(witness_acct)
+                            amount = witnessed_amount(
+                                view[source], seen_witness)
+                        else:
+                            witness = seen_witness = -1
+                            amount = min(view[source],
+                                         rng.randint(1, MAX_AMOUNT))
+                        src, dst = accounts[source], accounts[target]
+                        entry = (source, target, amount, witness,
+                                 src.balance, dst.balance, seen_witness)
+                        src.balance -= amount
+                        dst.balance += amount
+                        root['transfers'][name][i] = entry
+                        if pause:
+                            time.sleep(pause)
+                        tm.commit()
+                    except ReadConflictError:
+                        tm.abort()
+                        stats['read_conflicts'] += 1
+                        stats['conflicts'] += 1
+                        continue
+                    except LockConflictError:
+                        tm.abort()
+                        stats['lock_conflicts'] += 1
+                        stats['conflicts'] += 1
+                        continue
+                    except ConflictError:
+                        tm.abort()
+                        stats['conflicts'] += 1
+                        continue
+                    except CommitLockTimeoutError:
+                        tm.abort()
+                        stats['lock_timeouts'] += 1
+                        continue
+                    except TransientError:
+                        tm.abort()
+                        stats['other_transient'] += 1
+                        continue
+                    # The new serial of a changed object is the commit's tid.
+                    tids.append(int.from_bytes(src._p_serial, 'big'))
+                    if witness >= 0:
+                        stats['witnessed'] += 1
+                    if not amount:
+                        stats['zero_amounts'] += 1
+                    break
+                else:
+                    raise RuntimeError(
+                        f'{name}: transaction {i} failed {MAX_ATTEMPTS} '
+                        f'times')
+            emit('result', name=name, committed=len(tids), tids=tids,
+                 torn_examples=torn_examples,
+                 seconds=round(time.monotonic() - started, 3), **stats)
+        finally:
+            conn.close()
+    finally:
+        db.close()
+
+
 def run_hold(config_path, *oid_hexes):
     from ZODB.Connection import TransactionMetaData
     from ZODB.tests.MinPO import MinPO
@@ -272,6 +501,7 @@ COMMANDS = {
     'counter': run_counter,
     'hold': run_hold,
     'oids': run_oids,
+    'transfers': run_transfers,
 }
 
 
