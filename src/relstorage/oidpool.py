@@ -16,6 +16,8 @@ class OIDPool:
         self._adapter = adapter
         self._lock = threading.Lock()
         self._free = []        # descending, pop() gives the smallest
+        #: The highest oid the database's allocator gave this process.
+        self.highest = -1
         self._conn = None
         self._cursor = None
 
@@ -23,6 +25,7 @@ class OIDPool:
         with self._lock:
             if not self._free:
                 self._free = sorted(self._reserve(), reverse=True)
+                self.highest = max(self.highest, self._free[0])
             return self._free.pop()
 
     def _reserve(self):

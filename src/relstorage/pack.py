@@ -8,9 +8,10 @@ The pipeline, on a database connection of its own:
    helper table and walk the graph from the root and from everything written
    after the pack tid.  Objects not reached, and objects deleted as of the
    pack tid, are recorded as garbage.
-2. **Deletion**, in small batches, each its own short write transaction,
-   with a pause after each batch as long as the batch took (a 50% duty
-   cycle), so that other clients keep committing while a pack runs.
+2. **Deletion**, in small batches, each its own short write transaction
+   under the commit lock, with a pause after each batch as long as the
+   batch took (a 50% duty cycle), so that other clients keep committing
+   while a pack runs.
    History-preserving: revisions older than each object's kept revision go,
    and every revision up to the pack tid of a garbage object.  Then
    transactions up to the pack tid are marked packed (no longer undoable)
@@ -73,7 +74,7 @@ def _analyse(adapter, conn, cursor, t, referencesf, gc):
     packer = adapter.packer
     # Helper tables first: a read-only snapshot may not create tables.
     packer.prepare(cursor)
-    cm.begin_snapshot(conn, cursor)
+    cm.begin_analysis(conn, cursor)
     last = adapter.poller.last_tid(cursor)
     pack_tid = min(tid_for_time(t), last)
     if pack_tid <= 0:
@@ -155,6 +156,10 @@ def _delete(adapter, conn, cursor, pack_tid):
             started = time.monotonic()
             cm.begin_write(cursor, 'packing')
             try:
+                # Under the commit lock no tpc_finish runs at the same time,
+                # so the two can never deadlock (InnoDB's gap locks could
+                # otherwise make a finish the victim).
+                adapter.locker.hold_commit_lock(cursor)
                 apply(rows)
                 cm.commit(conn, cursor)
             except BaseException:
@@ -172,6 +177,7 @@ def _delete(adapter, conn, cursor, pack_tid):
             'objects with old revisions removed')
     cm.begin_write(cursor, 'packing')
     try:
+        adapter.locker.hold_commit_lock(cursor)
         packer.finish(cursor, pack_tid)
         cm.commit(conn, cursor)
     except BaseException:

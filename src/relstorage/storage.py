@@ -529,7 +529,7 @@ class RelStorage(ConflictResolvingStorage):
             if not txn.voted:
                 self.tpc_vote(transaction)
             with self._adapter.connmanager.translate():
-                tid = txn.finish()
+                tid = txn.finish(self._oids.highest)
             self._ltid = tid_bytes = p64(tid)
             self._own_tids.add(tid)
             if not self._options.keep_history:

@@ -185,8 +185,10 @@ class PendingTransaction:
 
     # -- phase 3 -------------------------------------------------------
 
-    def finish(self):
-        """Publish under the commit lock and commit; returns the int tid."""
+    def finish(self, allocated_through=None):
+        """Publish under the commit lock and commit; returns the int tid.
+        Oids above ``allocated_through`` (the highest the allocator handed
+        this process) move the allocator past them."""
         adapter, cursor = self.adapter, self.cursor
         last, now = adapter.locker.hold_commit_lock(cursor)
         if self.requested_tid is not None:
@@ -200,7 +202,10 @@ class PendingTransaction:
         adapter.mover.move_from_temp(cursor, tid)
         if self.superseded:
             adapter.mover.store_superseded(cursor, tid, self.superseded)
-        if self.max_oid >= 0:
+        if self.max_oid >= 0 and (allocated_through is None
+                                  or self.max_oid > allocated_through):
+            # Only oids the allocator never handed out (restore, explicit
+            # oids) need it; ordinary commits leave it alone.
             adapter.oids.ensure_above(cursor, self.max_oid)
         adapter.connmanager.commit(self.conn, cursor)
         return tid

@@ -19,6 +19,11 @@ class ConnectionManager:
         except self.driver.Error:
             pass
 
+    def begin_analysis(self, conn, cursor):
+        """Start the read transaction of a pack's analysis (by default a
+        snapshot like any other)."""
+        self.begin_snapshot(conn, cursor)
+
     def commit(self, conn, cursor):
         cursor.execute('COMMIT')
 

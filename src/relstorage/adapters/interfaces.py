@@ -107,6 +107,12 @@ class IConnectionManager(Interface):
         work in the timeout message).  A no-op where every transaction may
         write."""
 
+    def begin_analysis(conn, cursor):
+        """Start the transaction in which a pack analyses the database and
+        fills its helper tables.  It must take no lock that a committer
+        could wait for.  Revisions up to the pack tid never change, so it
+        need not be one fixed snapshot."""
+
     def rollback(conn, cursor):
         """End the current transaction, discarding any changes; quiet if
         the connection is already broken."""
@@ -339,7 +345,10 @@ class IPacker(Interface):
 
     def delete_garbage(cursor, zoids, pack_tid):
         """Remove every revision at or before ``pack_tid`` of ``zoids`` (and
-        the current-object entry of those that have nothing left)."""
+        the current-object entry of those that have nothing left).  Runs
+        under the commit lock, so it must never wait for a row lock: objects
+        whose rows a voting committer holds are skipped (they are being
+        written, so they are no longer garbage)."""
 
     def old_revisions(cursor, after_zoid, limit):
         """``[(zoid, keep_tid)]`` of kept objects that have revisions older

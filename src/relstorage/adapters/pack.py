@@ -26,6 +26,10 @@ class Packer:
     ADD_GARBAGE = None        # (zoid,)
     GARBAGE = None            # (after_zoid, limit) -> zoid
     DELETE_GARBAGE = ()       # statements taking (zoid, pack_tid)
+    #: Locks the rows committers lock at vote, for the given zoids, skipping
+    #: those already locked; returns the zoids locked.  None where there
+    #: are no row locks (SQLite).
+    LOCK_GARBAGE = None
     OLD_REVISIONS = None      # (after_zoid, limit) -> zoid, keep_tid
     DELETE_OLD = None         # (zoid, keep_tid)
     FINISH = ()               # statements taking (pack_tid,)

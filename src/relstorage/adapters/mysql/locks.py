@@ -61,9 +61,12 @@ class MySQLLocker:
 
 
 class HistoryPreservingLocker(MySQLLocker):
+    # STRAIGHT_JOIN drives the join from the (small) staging table, so
+    # InnoDB locks by key lookups; a scan of current_object would lock, and
+    # wait for, every row it passes.
     LOCK_OBJECTS = """
-        SELECT c.zoid FROM current_object c
-        JOIN temp_store t ON t.zoid = c.zoid
+        SELECT c.zoid FROM temp_store t
+        STRAIGHT_JOIN current_object c ON c.zoid = t.zoid
         ORDER BY c.zoid
         FOR UPDATE"""
     READ_CURRENT = """
@@ -75,8 +78,8 @@ class HistoryPreservingLocker(MySQLLocker):
 
 class HistoryFreeLocker(MySQLLocker):
     LOCK_OBJECTS = """
-        SELECT o.zoid FROM object_state o
-        JOIN temp_store t ON t.zoid = o.zoid
+        SELECT o.zoid FROM temp_store t
+        STRAIGHT_JOIN object_state o ON o.zoid = t.zoid
         ORDER BY o.zoid
         FOR UPDATE"""
     READ_CURRENT = """

@@ -70,8 +70,12 @@ class _PostgreSQLPacker(Packer):
             cursor.execute(self.ADD_GARBAGE, (list(zoids),))
 
     def delete_garbage(self, cursor, zoids, pack_tid):
+        cursor.execute(self.LOCK_GARBAGE, (list(zoids),))
+        zoids = [row[0] for row in cursor.fetchall()]
+        if not zoids:
+            return
         for stmt in self.DELETE_GARBAGE:
-            cursor.execute(stmt, (list(zoids), pack_tid))
+            cursor.execute(stmt, (zoids, pack_tid))
 
     def delete_old_revisions(self, cursor, rows):
         if self.DELETE_OLD is not None and rows:
@@ -80,6 +84,10 @@ class _PostgreSQLPacker(Packer):
 
 
 class HistoryPreservingPacker(_PostgreSQLPacker):
+
+    LOCK_GARBAGE = """
+        SELECT zoid FROM current_object WHERE zoid = ANY(%s)
+        FOR UPDATE SKIP LOCKED"""
 
     FILL = """
         INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
@@ -123,6 +131,10 @@ class HistoryPreservingPacker(_PostgreSQLPacker):
 
 
 class HistoryFreePacker(_PostgreSQLPacker):
+
+    LOCK_GARBAGE = """
+        SELECT zoid FROM object_state WHERE zoid = ANY(%s)
+        FOR UPDATE SKIP LOCKED"""
 
     FILL = """
         INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
