@@ -1,6 +1,9 @@
 """Shared default of the connection-manager role
 (see interfaces.IConnectionManager)."""
 import contextlib
+import time
+
+from relstorage.errors import DisconnectedError
 
 
 class ConnectionManager:
@@ -8,6 +11,23 @@ class ConnectionManager:
     ``begin_write`` and ``_in_transaction``."""
 
     driver = None
+    lock_timeout = 0
+
+    def _connect_when_free(self, connect, is_full, describe):
+        """``connect()``, waiting (at most the lock timeout, with growing
+        pauses) while the server refuses because all its connection slots
+        are taken: other clients usually give one back soon."""
+        deadline = time.monotonic() + self.lock_timeout
+        pause = 0.02
+        while True:
+            try:
+                return connect()
+            except self.driver.Error as e:
+                if not is_full(e) or time.monotonic() + pause > deadline:
+                    raise DisconnectedError(
+                        f'cannot connect to {describe}: {e}') from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
     def _in_transaction(self, conn):
         raise NotImplementedError

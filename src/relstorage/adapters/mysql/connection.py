@@ -25,6 +25,7 @@ ER_LOCK_DEADLOCK = 1213
 ER_LOCK_NOWAIT = 3572             # MySQL 8's NOWAIT failure
 ER_DUP_ENTRY = 1062
 ER_NET_PACKET_TOO_LARGE = 1153
+ER_CON_COUNT = 1040               # too many connections
 # The session is gone: server gone away, lost connection, killed,
 # shut down, and MySQL 8's "disconnected by the server".
 _GONE = {2006, 2013, 2055, 1927, 1053, 4031}
@@ -65,11 +66,10 @@ class MySQLConnectionManager(ConnectionManager):
         return f'<MySQLConnectionManager {self._description}>'
 
     def connect(self):
-        try:
-            conn = self.driver.connect(self._params)
-        except self.driver.Error as e:
-            raise DisconnectedError(
-                f'cannot connect to {self._description}: {e}') from None
+        conn = self._connect_when_free(
+            lambda: self.driver.connect(self._params),
+            lambda e: error_number(e) == ER_CON_COUNT,
+            self._description)
         cursor = conn.cursor()
         # InnoDB takes whole seconds, at least 1.
         seconds = max(1, math.ceil(self.lock_timeout))

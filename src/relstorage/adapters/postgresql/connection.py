@@ -21,6 +21,7 @@ LOCK_NOT_AVAILABLE = '55P03'
 DEADLOCK_DETECTED = '40P01'
 SERIALIZATION_FAILURE = '40001'
 UNIQUE_VIOLATION = '23505'
+TOO_MANY_CONNECTIONS = '53300'
 # Connection exceptions (08...) and operator intervention (57P...:
 # pg_terminate_backend, shutdown, crash) mean the session is gone.
 _GONE_PREFIXES = ('08', '57P')
@@ -64,12 +65,11 @@ class PostgreSQLConnectionManager(ConnectionManager):
         return f'<PostgreSQLConnectionManager {self._description}>'
 
     def connect(self):
-        try:
-            return self.driver.connect(self._dsn)
-        except self.driver.Error as e:
-            raise DisconnectedError(
-                f'cannot connect to {self._description}: '
-                f'{_first_line(e)}') from None
+        return self._connect_when_free(
+            lambda: self.driver.connect(self._dsn),
+            lambda e: (self.driver.sqlstate(e) == TOO_MANY_CONNECTIONS
+                       or 'too many clients' in str(e)),
+            self._description)
 
     def open_load(self):
         conn = self.connect()
