@@ -520,6 +520,11 @@ class RelStorage(ConflictResolvingStorage):
             txn = self._pending(transaction)
             if txn.voted:
                 return txn.resolved
+            # The transaction reads nothing more from its snapshot; ending
+            # it now lets the database reclaim what only this snapshot still
+            # saw (SQLite can reset its WAL, PostgreSQL can vacuum) while
+            # the commit proceeds.
+            self._end_snapshot()
             with self._adapter.connmanager.translate():
                 return txn.vote(self)
 

@@ -139,7 +139,8 @@ class PendingTransaction:
         mover = adapter.mover
         memory = self.states() if not self._spilled else None
         self.upload()
-        adapter.locker.lock_for_vote(cursor, sorted(self.read_current))
+        adapter.locker.lock_for_vote(
+            cursor, sorted(self._order), sorted(self.read_current))
         self._check_requested_tid()
         if self.read_current:
             current = mover.current_tids(cursor, list(self.read_current))

@@ -152,10 +152,11 @@ class ILocker(Interface):
     """Takes the locks of a commit.  Every wait is bounded by the options'
     commit-lock-timeout and ends in CommitLockTimeoutError."""
 
-    def lock_for_vote(cursor, read_current_oids):
+    def lock_for_vote(cursor, oids, read_current_oids):
         """At tpc_vote, after the pending rows were uploaded: lock the rows
-        of every stored object (in oid order, so that two committers cannot
-        deadlock) and take shared locks on ``read_current_oids``.  On a
+        of every stored object (``oids``, sorted; in that order, so that two
+        committers cannot deadlock) and take shared locks on
+        ``read_current_oids``.  On a
         database with one database-wide write lock, take that lock.
         From here until commit or rollback nobody else may change the
         locked objects."""

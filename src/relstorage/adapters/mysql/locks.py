@@ -34,7 +34,7 @@ class MySQLLocker:
     def __init__(self, connmanager):
         self.connmanager = connmanager
 
-    def lock_for_vote(self, cursor, read_current_oids):
+    def lock_for_vote(self, cursor, oids, read_current_oids):
         cursor.execute(self.LOCK_OBJECTS)
         cursor.fetchall()
         if not read_current_oids:

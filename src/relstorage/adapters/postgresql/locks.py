@@ -33,8 +33,9 @@ class PostgreSQLLocker:
     def __init__(self, connmanager):
         self.connmanager = connmanager
 
-    def lock_for_vote(self, cursor, read_current_oids):
-        cursor.execute(self.LOCK_OBJECTS)
+    def lock_for_vote(self, cursor, oids, read_current_oids):
+        if oids:
+            cursor.execute(self.LOCK_OBJECTS, (list(oids),))
         if not read_current_oids:
             return
         try:
@@ -53,12 +54,16 @@ class PostgreSQLLocker:
 
 
 class HistoryPreservingLocker(PostgreSQLLocker):
+    # The oids travel as an array: the staging table has no statistics,
+    # and a join with it was planned as a scan of current_object, whose
+    # cost grows with the database (seen with EXPLAIN ANALYZE at 21,000
+    # objects: 4 ms for a one-object commit).
     LOCK_OBJECTS = """
         SELECT COUNT(*) FROM (
-            SELECT c.zoid FROM current_object c
-            JOIN temp_store t ON t.zoid = c.zoid
-            ORDER BY c.zoid
-            FOR UPDATE OF c) locked"""
+            SELECT zoid FROM current_object
+            WHERE zoid = ANY(%s)
+            ORDER BY zoid
+            FOR UPDATE) locked"""
     LOCK_READ_CURRENT = """
         SELECT COUNT(*) FROM (
             SELECT zoid FROM current_object
@@ -70,10 +75,10 @@ class HistoryPreservingLocker(PostgreSQLLocker):
 class HistoryFreeLocker(PostgreSQLLocker):
     LOCK_OBJECTS = """
         SELECT COUNT(*) FROM (
-            SELECT o.zoid FROM object_state o
-            JOIN temp_store t ON t.zoid = o.zoid
-            ORDER BY o.zoid
-            FOR UPDATE OF o) locked"""
+            SELECT zoid FROM object_state
+            WHERE zoid = ANY(%s)
+            ORDER BY zoid
+            FOR UPDATE) locked"""
     LOCK_READ_CURRENT = """
         SELECT COUNT(*) FROM (
             SELECT zoid FROM object_state

@@ -67,11 +67,17 @@ class HistoryPreservingMover(_PostgreSQLMover):
         ORDER BY tid LIMIT 1"""
     EXISTS = 'SELECT 1 FROM object_state WHERE zoid = %s LIMIT 1'
     CURRENT_TIDS = 'SELECT zoid, tid FROM current_object WHERE zoid = ANY(%s)'
+    # A scalar sub-query per staged row is an index lookup each; a join
+    # with the staging table (which has no statistics) was planned as a
+    # scan of current_object.
     DETECT_CONFLICTS = """
-        SELECT t.zoid, COALESCE(c.tid, 0), t.prev_tid, t.state
-        FROM temp_store t
-        LEFT JOIN current_object c ON c.zoid = t.zoid
-        WHERE t.prev_tid IS NOT NULL AND t.prev_tid <> COALESCE(c.tid, 0)"""
+        SELECT zoid, committed, prev_tid, state FROM (
+            SELECT t.zoid, t.prev_tid, t.state,
+                COALESCE((SELECT c.tid FROM current_object c
+                          WHERE c.zoid = t.zoid), 0) AS committed
+            FROM temp_store t
+            WHERE t.prev_tid IS NOT NULL) staged
+        WHERE prev_tid <> committed"""
     MOVE_FROM_TEMP = (
         """INSERT INTO object_state
                (zoid, tid, state, state_size, data_txn, ord)
@@ -110,10 +116,13 @@ class HistoryFreeMover(_PostgreSQLMover):
     EXISTS = 'SELECT 1 FROM object_state WHERE zoid = %s'
     CURRENT_TIDS = 'SELECT zoid, tid FROM object_state WHERE zoid = ANY(%s)'
     DETECT_CONFLICTS = """
-        SELECT t.zoid, COALESCE(c.tid, 0), t.prev_tid, t.state
-        FROM temp_store t
-        LEFT JOIN object_state c ON c.zoid = t.zoid
-        WHERE t.prev_tid IS NOT NULL AND t.prev_tid <> COALESCE(c.tid, 0)"""
+        SELECT zoid, committed, prev_tid, state FROM (
+            SELECT t.zoid, t.prev_tid, t.state,
+                COALESCE((SELECT c.tid FROM object_state c
+                          WHERE c.zoid = t.zoid), 0) AS committed
+            FROM temp_store t
+            WHERE t.prev_tid IS NOT NULL) staged
+        WHERE prev_tid <> committed"""
     MOVE_FROM_TEMP = (
         """INSERT INTO object_state (zoid, tid, state, state_size)
            SELECT zoid, %s, state, state_size FROM temp_store

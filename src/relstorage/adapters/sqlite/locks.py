@@ -18,7 +18,7 @@ class SQLiteLocker:
     def __init__(self, connmanager):
         self.connmanager = connmanager
 
-    def lock_for_vote(self, cursor, read_current_oids):
+    def lock_for_vote(self, cursor, oids, read_current_oids):
         self.connmanager.begin_write(cursor, 'taking the commit lock')
 
     def hold_commit_lock(self, cursor):
