@@ -1,7 +1,7 @@
 """The process-wide pool of object ids reserved from the database."""
 import threading
 
-from relstorage.errors import DisconnectedError
+from relstorage.reconnect import retry_if_disconnected
 
 
 class OIDPool:
@@ -32,19 +32,18 @@ class OIDPool:
         """A new block from the database; a connection the database dropped
         is reopened once."""
         cm = self._adapter.connmanager
-        for attempt in (1, 2):
-            try:
-                with cm.translate('allocating object ids'):
-                    if self._conn is None:
-                        self._conn, self._cursor = cm.open_store()
-                    return self._adapter.oids.new_oids(self._cursor)
-            except DisconnectedError:
-                self.close_connection()
-                if attempt == 2:
-                    raise
-            except BaseException:
-                self.close_connection()
-                raise
+
+        def reserve():
+            if self._conn is None:
+                self._conn, self._cursor = cm.open_store()
+            return self._adapter.oids.new_oids(self._cursor)
+
+        try:
+            return retry_if_disconnected(
+                cm, 'allocating object ids', reserve, self.close_connection)
+        except BaseException:
+            self.close_connection()
+            raise
 
     def discard_through(self, oid):
         """Forget reserved ids up to ``oid`` (they were used by restore)."""

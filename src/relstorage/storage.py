@@ -35,10 +35,10 @@ from ZODB.utils import z64
 from relstorage import undo as _undo
 from relstorage.cache import RecentStates
 from relstorage.errors import CommitLockTimeoutError
-from relstorage.errors import DisconnectedError
 from relstorage.iteration import TransactionIterator
 from relstorage.oidpool import OIDPool
 from relstorage.options import Options
+from relstorage.reconnect import retry_if_disconnected
 from relstorage.tids import id_to_int
 from relstorage.tids import tid_time
 from relstorage.tpc import PendingTransaction
@@ -153,24 +153,17 @@ class RelStorage(ConflictResolvingStorage):
         dropped is reopened here, between snapshots, once."""
         self._check_open()
         if self._snapshot_tid is None:
-            cm = self._adapter.connmanager
-            for attempt in (1, 2):
-                try:
-                    with cm.translate('starting a read snapshot'):
-                        if self._load_conn is None:
-                            self._load_conn, self._load_cursor = (
-                                cm.open_load())
-                        cm.begin_snapshot(self._load_conn, self._load_cursor)
-                        self._snapshot_tid = self._adapter.poller.last_tid(
-                            self._load_cursor)
-                    break
-                except DisconnectedError:
-                    self._drop_load_connection()
-                    if attempt == 2:
-                        raise
-                    log.info('%s: reconnecting after: lost the read '
-                             'connection', self._name)
+            retry_if_disconnected(
+                self._adapter.connmanager, 'starting a read snapshot',
+                self._begin_snapshot, self._drop_load_connection)
         return self._load_cursor
+
+    def _begin_snapshot(self):
+        cm = self._adapter.connmanager
+        if self._load_conn is None:
+            self._load_conn, self._load_cursor = cm.open_load()
+        cm.begin_snapshot(self._load_conn, self._load_cursor)
+        self._snapshot_tid = self._adapter.poller.last_tid(self._load_cursor)
 
     def _end_snapshot(self):
         if self._snapshot_tid is not None:
@@ -204,15 +197,10 @@ class RelStorage(ConflictResolvingStorage):
     def _read_latest(self, what, read):
         """``read(cursor)`` on the committing connection; outside a commit a
         connection the database dropped is reopened once."""
-        cm = self._adapter.connmanager
-        for attempt in (1, 2):
-            try:
-                with cm.translate(what):
-                    return read(self._writer_cursor())
-            except DisconnectedError:
-                if self._txn is not None or attempt == 2:
-                    raise
-                self._drop_store_connection()
+        return retry_if_disconnected(
+            self._adapter.connmanager, what,
+            lambda: read(self._writer_cursor()), self._drop_store_connection,
+            may_retry=lambda: self._txn is None)
 
     def _close_connections(self):
         self._drop_load_connection()
@@ -448,20 +436,15 @@ class RelStorage(ConflictResolvingStorage):
     def _begin_store(self):
         """Start the database transaction of a commit; a connection the
         database dropped since the last commit is reopened once."""
-        cm = self._adapter.connmanager
-        for attempt in (1, 2):
-            try:
-                with cm.translate('starting a commit'):
-                    cursor = self._writer_cursor()
-                    cm.begin_store(self._store_conn, cursor)
-                    self._adapter.mover.clear_temp(cursor)
-                return cursor
-            except DisconnectedError:
-                self._drop_store_connection()
-                if attempt == 2:
-                    raise
-                log.info('%s: reconnecting after: lost the commit '
-                         'connection', self._name)
+        def begin():
+            cursor = self._writer_cursor()
+            self._adapter.connmanager.begin_store(self._store_conn, cursor)
+            self._adapter.mover.clear_temp(cursor)
+            return cursor
+
+        return retry_if_disconnected(
+            self._adapter.connmanager, 'starting a commit', begin,
+            self._drop_store_connection)
 
     def store(self, oid, serial, data, version, transaction):
         with self._lock:
