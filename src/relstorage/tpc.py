@@ -126,10 +126,6 @@ class PendingTransaction:
         the transaction was large enough to spill)."""
         return {oid: row[1] for oid, row in self._rows.items()}
 
-    @property
-    def oids(self):
-        return self._order.keys()
-
     # -- phase 2 -------------------------------------------------------
 
     def vote(self, storage):
