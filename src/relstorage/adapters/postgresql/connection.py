@@ -109,8 +109,7 @@ class PostgreSQLConnectionManager(ConnectionManager):
         driver = self.driver
         try:
             yield
-        except (driver.OperationalError, driver.InterfaceError,
-                driver.Error) as e:
+        except driver.Error as e:
             code = driver.sqlstate(e)
             if code == LOCK_NOT_AVAILABLE:
                 raise CommitLockTimeoutError(
