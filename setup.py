@@ -43,6 +43,8 @@ setup(
         'test': ['pytest >= 7', 'zope.testing', 'manuel',
                  'psycopg2-binary >= 2.9', 'psycopg[binary] >= 3.1',
                  'mysqlclient >= 2.1', 'PyMySQL >= 1.0'],
+        # benchmarks/run.py: both server drivers, and ZEO to compare with.
+        'bench': ['psycopg2-binary >= 2.9', 'mysqlclient >= 2.1', 'ZEO'],
         'docs': ['sphinx'],
     },
     entry_points={},
