@@ -1,0 +1,603 @@
+"""The shared local cache: MVCC validity, eviction, accounting, the file."""
+import logging
+import os
+import random
+import struct
+import threading
+import zlib
+
+import pytest
+
+from relstorage.localcache import ENTRY_OVERHEAD
+from relstorage.localcache import LocalCache
+from relstorage.localcache import NullCache
+from relstorage.localcache import make_cache
+from relstorage.localcache import read_file
+
+BIG = 1 << 30
+
+
+def cache_at(horizon, limit=BIG, **kw):
+    cache = LocalCache(limit, **kw)
+    cache.set_horizon(horizon)
+    return cache
+
+
+def check_accounting(cache):
+    """The accounted size is the sum of the entries' costs, within limit."""
+    entries = list(cache._probation.values()) + list(cache._protected.values())
+    assert cache._size == sum(e.cost for e in entries)
+    assert cache._protected_size == sum(
+        e.cost for e in cache._protected.values())
+    assert all(e.hot for e in cache._protected.values())
+    assert not any(e.hot for e in cache._probation.values())
+    assert cache._size <= cache.limit_bytes
+    assert cache._protected_size <= cache._protected_limit
+    for e in entries:
+        stored = 0 if e.state is None else len(e.state)
+        assert e.cost == stored + ENTRY_OVERHEAD
+
+
+# MVCC validity
+
+def test_older_snapshot_never_sees_newer_state():
+    cache = cache_at(10)
+    cache.store_loaded(1, 20, b'new', 25)
+    assert cache.get(1, 25) == (b'new', 20)
+    assert cache.get(1, 20) == (b'new', 20)
+    assert cache.get(1, 19) is None
+    assert cache.get(1, 15) is None
+
+
+def test_newer_snapshot_never_sees_stale_state():
+    cache = cache_at(10)
+    cache.store_loaded(1, 5, b'a', 10)
+    assert cache.advance(10, 20, [(1, 15), (2, 12)])
+    assert cache.get(1, 20) is None
+    assert cache.get(1, 10) == (b'a', 5)
+    # Valid through 14 in truth, but the cache only knows through G_old.
+    assert cache.get(1, 12) is None
+    cache.store_loaded(1, 15, b'b', 20)
+    assert cache.get(1, 20) == (b'b', 15)
+    assert cache.get(1, 10) is None      # one revision per oid: the newer
+
+
+def test_live_entry_follows_the_horizon():
+    cache = cache_at(10)
+    cache.store_loaded(1, 5, b'a', 10)
+    assert cache.get(1, 11) is None      # beyond both known and G
+    assert cache.advance(10, 20, [(2, 15)])
+    assert cache.get(1, 20) == (b'a', 5)
+    assert cache.get(1, 21) is None
+    assert cache.advance(20, 30, [])
+    assert cache.get(1, 30) == (b'a', 5)
+    assert cache.advance(30, 40, [(1, 35)])
+    assert cache.get(1, 30) == (b'a', 5)  # frozen at the old horizon
+    assert cache.get(1, 35) is None
+    assert cache.get(1, 40) is None
+    assert cache.advance(40, 50, [])      # frozen stays frozen
+    assert cache.get(1, 30) == (b'a', 5)
+    assert cache.get(1, 50) is None
+
+
+def test_two_instances_at_different_snapshots():
+    cache = cache_at(100)
+    # Instance A reads at 100, object 1 revision 90.
+    cache.store_loaded(1, 90, b'v90', 100)
+    # Instance B polls to 120: object 1 changed at 110.
+    assert cache.advance(100, 120, [(1, 110)])
+    assert cache.get(1, 100) == (b'v90', 90)   # A still sees its revision
+    assert cache.get(1, 120) is None           # B must load
+    cache.store_loaded(1, 110, b'v110', 120)
+    assert cache.get(1, 120) == (b'v110', 110)
+    assert cache.get(1, 100) is None           # A must not see 110
+    # A loads again at 100 and gets 90: the newer revision is kept.
+    cache.store_loaded(1, 90, b'v90', 100)
+    assert cache.get(1, 120) == (b'v110', 110)
+    assert cache.get(1, 100) is None
+    # A polls to 120 (nothing new for the cache) and now shares B's entry.
+    assert cache.advance(100, 120, [(1, 110)])
+    assert cache.get(1, 120) == (b'v110', 110)
+
+
+def test_out_of_order_advance():
+    cache = cache_at(10)
+    cache.store_loaded(1, 5, b'a', 10)
+    assert not cache.advance(20, 30, [(1, 25)])   # a gap (10, 20]
+    assert cache.horizon == 10
+    assert cache.get(1, 10) == (b'a', 5)
+    assert cache.advance(10, 30, [(1, 25)])
+    assert cache.horizon == 30
+    assert cache.get(1, 10) == (b'a', 5)
+    assert cache.get(1, 30) is None
+    assert cache.advance(5, 8, [(1, 7)])          # already applied
+    assert cache.advance(10, 30, [(1, 25)])       # replayed
+    assert cache.horizon == 30
+
+
+def test_overlapping_advance():
+    cache = cache_at(20)
+    cache.store_loaded(1, 5, b'a', 20)
+    cache.store_loaded(2, 5, b'b', 20)
+    # A poll from 10 covers (10, 20] again plus (20, 30].
+    assert cache.advance(10, 30, [(1, 25), (3, 15)])
+    assert cache.get(1, 20) == (b'a', 5)
+    assert cache.get(1, 30) is None
+    assert cache.get(2, 30) == (b'b', 5)
+
+
+def test_advance_without_horizon_refuses():
+    cache = LocalCache(BIG)
+    assert not cache.advance(0, 10, [])
+    assert cache.horizon is None
+
+
+def test_store_below_the_horizon_is_frozen():
+    cache = cache_at(20)
+    cache.store_loaded(1, 5, b'a', 15)    # changes in (15, 20] not seen
+    assert cache.get(1, 15) == (b'a', 5)
+    assert cache.get(1, 16) is None
+    assert cache.get(1, 20) is None
+    assert cache.advance(20, 30, [])
+    assert cache.get(1, 30) is None
+    # A load at the horizon proves it current there: same tid merges.
+    cache.store_loaded(1, 5, b'a', 30)
+    assert cache.get(1, 30) == (b'a', 5)
+    assert cache.get(1, 15) == (b'a', 5)
+    assert cache.advance(30, 40, [])
+    assert cache.get(1, 40) == (b'a', 5)
+
+
+def test_same_tid_keeps_the_longer_validity():
+    cache = cache_at(20)
+    cache.store_loaded(1, 5, b'a', 25)
+    cache.store_loaded(1, 5, b'a', 12)    # frozen load does not unfreeze
+    assert cache.get(1, 25) == (b'a', 5)
+    assert cache.advance(20, 30, [])
+    assert cache.get(1, 30) == (b'a', 5)
+
+
+def test_lower_tid_does_not_replace():
+    cache = cache_at(10)
+    cache.store_loaded(1, 8, b'new', 10)
+    cache.store_loaded(1, 3, b'old', 5)
+    assert cache.get(1, 10) == (b'new', 8)
+    assert cache.get(1, 5) is None
+    assert cache.get_revision(1, 3) is None
+
+
+def test_store_committed():
+    cache = cache_at(10)
+    cache.store_loaded(1, 5, b'a', 10)
+    cache.store_committed(15, {1: b'b', 2: b'c'})
+    assert cache.get(1, 12) is None
+    assert cache.get(1, 15) == (b'b', 15)
+    assert cache.get(2, 15) == (b'c', 15)
+    assert cache.get(2, 16) is None       # beyond known and G
+    assert cache.advance(10, 15, [(1, 15), (2, 15)])   # its own commit
+    assert cache.advance(15, 20, [(3, 18)])
+    assert cache.get(1, 20) == (b'b', 15)
+    assert cache.advance(20, 30, [(2, 25)])
+    assert cache.get(2, 20) == (b'c', 15)
+    assert cache.get(2, 30) is None
+
+
+def test_store_committed_behind_the_horizon_is_frozen():
+    cache = cache_at(30)
+    cache.store_committed(25, {1: b'x'})
+    assert cache.get(1, 25) == (b'x', 25)
+    assert cache.get(1, 30) is None
+
+
+def test_set_horizon():
+    cache = LocalCache(BIG)
+    cache.store_loaded(1, 5, b'a', 10)    # no horizon: frozen
+    cache.store_committed(12, {2: b'b'})
+    cache.set_horizon(10)
+    assert cache.get(1, 10) == (b'a', 5)
+    assert cache.advance(10, 20, [])
+    assert cache.get(1, 20) is None
+    assert cache.get(2, 12) == (b'b', 12)
+    assert cache.get(2, 20) is None
+    with pytest.raises(ValueError):
+        cache.set_horizon(30)
+
+
+def test_tombstones_are_cached():
+    cache = cache_at(10)
+    cache.store_loaded(1, 7, None, 10)
+    assert cache.get(1, 10) == (None, 7)
+    assert len(cache) == 1
+    assert cache.stats()['size_bytes'] == ENTRY_OVERHEAD
+    cache.store_committed(12, {2: None})
+    assert cache.get(2, 12) == (None, 12)
+
+
+def test_get_revision():
+    cache = cache_at(10)
+    cache.store_loaded(1, 5, b'a', 10)
+    assert cache.advance(10, 20, [(1, 15)])
+    assert cache.get_revision(1, 5) == b'a'   # regardless of any snapshot
+    assert cache.get_revision(1, 4) is None
+    assert cache.get_revision(2, 5) is None
+
+
+def test_get_before():
+    cache = cache_at(10)
+    cache.store_loaded(1, 5, b'a', 10)
+    assert cache.get_before(1, 11, 10) == (b'a', 5)
+    assert cache.get_before(1, 6, 10) == (b'a', 5)
+    assert cache.get_before(1, 5, 10) is None    # wants an older revision
+    assert cache.get_before(1, 12, 10) is None   # beyond the snapshot
+    assert cache.advance(10, 20, [(1, 15)])
+    assert cache.get_before(1, 11, 10) == (b'a', 5)
+    assert cache.get_before(1, 16, 20) is None
+    stats = cache.stats()
+    assert (stats['hits'], stats['misses']) == (3, 3)
+
+
+def test_invalidate_all_and_discard():
+    cache = cache_at(10)
+    for oid in range(5):
+        cache.store_loaded(oid, 5, b'x' * oid, 10)
+    cache.discard([1, 3, 99])
+    assert len(cache) == 3
+    assert cache.get(1, 10) is None
+    assert cache.get(2, 10) == (b'xx', 5)
+    check_accounting(cache)
+    cache.invalidate_all()
+    assert len(cache) == 0
+    assert cache.horizon is None
+    assert cache.stats()['size_bytes'] == 0
+    cache.set_horizon(3)
+    cache.clear()
+    assert cache.horizon is None
+
+
+def test_stats_count_hits_and_misses():
+    cache = cache_at(10)
+    cache.store_loaded(1, 5, b'a', 10)
+    cache.get(1, 10)
+    cache.get(1, 10)
+    cache.get(2, 10)
+    assert cache.stats() == {
+        'hits': 2, 'misses': 1, 'count': 1,
+        'size_bytes': 1 + ENTRY_OVERHEAD, 'limit_bytes': BIG,
+        'protected_bytes': 1 + ENTRY_OVERHEAD, 'horizon': 10}
+
+
+# Memory and eviction
+
+def test_object_max_and_oversized():
+    cache = cache_at(10, object_max=100)
+    cache.store_loaded(1, 5, b'x' * 101, 10)
+    cache.store_committed(12, {2: b'x' * 101, 3: b'x' * 100})
+    assert cache.get(1, 10) is None
+    assert cache.get(2, 12) is None
+    assert cache.get(3, 12) == (b'x' * 100, 12)
+    tiny = cache_at(10, limit=ENTRY_OVERHEAD + 10)
+    tiny.store_loaded(1, 5, b'x' * 11, 10)
+    assert len(tiny) == 0
+    tiny.store_loaded(1, 5, b'x' * 10, 10)
+    assert len(tiny) == 1
+
+
+def test_limit_is_never_exceeded():
+    rng = random.Random(42)
+    limit = 60 * (ENTRY_OVERHEAD + 100)
+    cache = cache_at(1000, limit=limit)
+    for step in range(5000):
+        oid = rng.randrange(300)
+        action = rng.random()
+        if action < 0.5:
+            cache.store_loaded(oid, rng.randrange(1, 1000),
+                               b'x' * rng.randrange(300), 1000)
+        elif action < 0.9:
+            cache.get(oid, 1000)
+        elif action < 0.95:
+            cache.store_committed(1000, {oid: b'y' * rng.randrange(300)})
+        else:
+            cache.discard([oid])
+        assert cache.stats()['size_bytes'] <= limit
+    check_accounting(cache)
+    assert len(cache) > 20
+
+
+def test_limit_zero_stores_nothing():
+    cache = cache_at(10, limit=0)
+    cache.store_loaded(1, 5, None, 10)
+    assert cache.get(1, 10) is None
+    assert len(cache) == 0
+
+
+def test_scan_does_not_flush_the_protected_segment():
+    cost = ENTRY_OVERHEAD + 100
+    cache = cache_at(10, limit=100 * cost)
+    hot = range(50)
+    for oid in hot:
+        cache.store_loaded(oid, 5, b'h' * 100, 10)
+    for oid in hot:
+        assert cache.get(oid, 10) is not None      # promoted
+    for oid in range(1000, 11000):                 # a scan, each read once
+        assert cache.get(oid, 10) is None
+        cache.store_loaded(oid, 5, b's' * 100, 10)
+    assert all(cache.get(oid, 10) == (b'h' * 100, 5) for oid in hot)
+    check_accounting(cache)
+    assert len(cache) == 100
+
+
+def test_protected_overflow_is_demoted_then_evicted_last():
+    cost = ENTRY_OVERHEAD + 100
+    cache = cache_at(10, limit=10 * cost)       # protected: 8 entries
+    for oid in range(10):
+        cache.store_loaded(oid, 5, b'x' * 100, 10)
+        cache.get(oid, 10)
+    check_accounting(cache)
+    assert len(cache._protected) == 8
+    assert list(cache._probation) == [0, 1]    # demoted, oldest first
+    cache.store_loaded(99, 5, b'x' * 100, 10)
+    assert cache.get(0, 10) is None            # the LRU of probation left
+    assert cache.get(9, 10) is not None
+
+
+def test_replacement_updates_the_accounting():
+    cache = cache_at(10)
+    cache.store_loaded(1, 5, b'x' * 10, 10)
+    cache.get(1, 10)
+    cache.store_loaded(1, 8, b'x' * 1000, 10)
+    check_accounting(cache)
+    assert cache.stats()['size_bytes'] == 1000 + ENTRY_OVERHEAD
+
+
+def test_zlib_compression():
+    cache = cache_at(10, compression='zlib')
+    state = b'persistent mapping ' * 100
+    noise = os.urandom(500)
+    cache.store_loaded(1, 5, state, 10)
+    cache.store_loaded(2, 5, noise, 10)
+    cache.store_loaded(3, 5, b'short', 10)
+    assert cache.get(1, 10) == (state, 5)
+    assert cache.get_revision(1, 5) == state
+    assert cache.get(2, 10) == (noise, 5)
+    assert cache.get(3, 10) == (b'short', 5)
+    size = cache.stats()['size_bytes'] - 3 * ENTRY_OVERHEAD
+    assert size < len(state) // 5 + len(noise) + 5
+    check_accounting(cache)
+    cache.store_loaded(1, 5, state, 20)       # same revision, no new work
+    entry = cache._protected.get(1) or cache._probation.get(1)
+    assert entry.known == 20
+
+
+def test_bad_compression_and_sizes():
+    with pytest.raises(ValueError):
+        LocalCache(100, compression='lz4')
+    with pytest.raises(ValueError):
+        LocalCache(-1)
+    with pytest.raises(ValueError):
+        make_cache(10, compression='gzip')
+
+
+def test_threads_keep_the_accounting_exact():
+    limit = 200 * (ENTRY_OVERHEAD + 50)
+    cache = cache_at(0, limit=limit)
+    errors = []
+
+    def reader(seed):
+        rng = random.Random(seed)
+        try:
+            for _ in range(3000):
+                oid = rng.randrange(500)
+                snapshot = cache.horizon
+                found = cache.get(oid, snapshot)
+                if found is None:
+                    cache.store_loaded(oid, 0, b'%d' % oid * 10, snapshot)
+                elif found[0] != b'%d' % oid * 10:
+                    errors.append(found)
+        except Exception as e:        # pragma: no cover - reported below
+            errors.append(e)
+
+    def poller():
+        for tid in range(1, 300):
+            cache.advance(tid - 1, tid, [(tid % 7 + 1000, tid)])
+
+    threads = [threading.Thread(target=reader, args=(n,)) for n in range(4)]
+    threads.append(threading.Thread(target=poller))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    check_accounting(cache)
+
+
+# The disabled cache
+
+def test_null_cache_has_the_same_api():
+    null = make_cache(0)
+    assert isinstance(null, NullCache)
+    assert isinstance(make_cache(10), LocalCache)
+    public = {n for n in dir(LocalCache) if not n.startswith('_')}
+    assert public - {'compression', 'object_max'} <= set(dir(null))
+    null.set_horizon(10)
+    null.store_loaded(1, 5, b'a', 10)
+    null.store_committed(12, {1: b'b'})
+    assert null.get(1, 12) is None
+    assert null.get_before(1, 13, 12) is None
+    assert null.get_revision(1, 12) is None
+    assert null.advance(10, 20, [])
+    assert len(null) == 0 and null.stats()['count'] == 0
+    assert null.save('/nonexistent/x', 'db') == 0
+    assert null.restore(1, [(1, 1, b'')], 2, ()) == 0
+
+
+# The persistent cache
+
+def test_save_and_restore(tmp_path):
+    path = str(tmp_path / 'cache')
+    cache = cache_at(100)
+    cache.store_loaded(1, 50, b'one', 100)
+    cache.store_loaded(2, 60, b'two', 100)
+    cache.store_loaded(3, 70, None, 100)
+    cache.store_loaded(4, 40, b'frozen', 90)      # frozen: not saved
+    cache.store_committed(110, {5: b'after'})     # newer than G: not saved
+    cache.get(2, 100)                             # most valuable
+    assert cache.save(path, 'db-1') == 3
+    saved = read_file(path, 'db-1')
+    assert saved == (100, [(2, 60, b'two'), (3, 70, None), (1, 50, b'one')])
+
+    fresh = LocalCache(BIG)
+    assert fresh.restore(saved[0], saved[1], 130, {1}) == 2
+    assert fresh.horizon == 130
+    assert fresh.get(1, 130) is None              # changed since: dropped
+    assert fresh.get(2, 130) == (b'two', 60)
+    assert fresh.get(3, 130) == (None, 70)
+    assert fresh.get(2, 59) is None
+    assert fresh.advance(130, 140, [(2, 135)])
+    assert fresh.get(2, 140) is None
+    assert fresh.get(3, 140) == (None, 70)
+
+
+def test_restore_after_going_back_in_time(tmp_path):
+    path = str(tmp_path / 'cache')
+    cache = cache_at(100)
+    cache.store_loaded(1, 50, b'one', 100)
+    cache.save(path, 'db')
+    saved_horizon, entries = read_file(path, 'db')
+    fresh = LocalCache(BIG)
+    assert fresh.restore(saved_horizon, entries, 90, ()) == 0
+    assert len(fresh) == 0
+    assert fresh.horizon == 90
+
+
+def test_restore_merges_into_a_running_cache():
+    cache = cache_at(200)
+    cache.store_loaded(1, 150, b'newer', 200)
+    entries = [(1, 50, b'old'), (2, 60, b'two')]
+    assert cache.restore(100, entries, 180, set()) == 2
+    assert cache.get(1, 200) == (b'newer', 150)     # higher tid kept
+    assert cache.get(2, 180) == (b'two', 60)
+    assert cache.get(2, 190) is None                # behind G: frozen
+    cache.restore(100, [(3, 60, b'three')], 220, set())
+    assert cache.get(3, 220) == (b'three', 60)      # ahead of G: live
+
+
+def test_restore_respects_the_limit(tmp_path):
+    cost = ENTRY_OVERHEAD + 10
+    big = cache_at(100)
+    for oid in range(100):
+        big.store_loaded(oid, 50, b'%010d' % oid, 100)
+    for oid in range(10):
+        big.get(oid, 100)                  # 9 .. 0 become the most valuable
+    path = str(tmp_path / 'cache')
+    assert big.save(path, 'db') == 100
+    small = LocalCache(20 * cost)
+    saved_horizon, entries = read_file(path, 'db')
+    assert entries[0][0] == 9
+    assert small.restore(saved_horizon, entries, 100, ()) == 20
+    check_accounting(small)
+    for oid in range(10):
+        assert small.get(oid, 100) is not None
+
+
+@pytest.mark.parametrize('compression', ['none', 'zlib'])
+def test_save_and_load_100k(tmp_path, compression):
+    path = str(tmp_path / 'cache')
+    cache = cache_at(1000, compression=compression)
+    rng = random.Random(7)
+    expected = {}
+    for oid in range(100000):
+        state = (b'cpersistent\nPersistent\nq\x01.}q\x02(U\x04data'
+                 + rng.randbytes(8) * 28)[:250]
+        tid = 500 + oid % 400
+        cache.store_loaded(oid, tid, state, 1000)
+        expected[oid] = (state, tid)
+    assert cache.save(path, 'db') == 100000
+    saved_horizon, entries = read_file(path, 'db')
+    assert saved_horizon == 1000
+    assert {oid: (state, tid) for oid, tid, state in entries} == expected
+    changed = set(range(0, 100000, 10))
+    fresh = LocalCache(BIG, compression=compression)
+    assert fresh.restore(saved_horizon, entries, 1200, changed) == 90000
+    for oid in (1, 99, 50001, 99999):
+        assert fresh.get(oid, 1200) == expected[oid]
+    assert fresh.get(10, 1200) is None
+    check_accounting(fresh)
+
+
+def test_save_is_atomic(tmp_path, monkeypatch):
+    path = str(tmp_path / 'cache')
+    cache = cache_at(100)
+    cache.store_loaded(1, 50, b'one', 100)
+    cache.save(path, 'db')
+    before = (tmp_path / 'cache').read_bytes()
+    cache.store_loaded(2, 60, b'two', 100)
+
+    def fail(fd):
+        raise OSError('disk full')
+    monkeypatch.setattr(os, 'fsync', fail)
+    with pytest.raises(OSError):
+        cache.save(path, 'db')
+    assert (tmp_path / 'cache').read_bytes() == before
+    assert os.listdir(tmp_path) == ['cache']
+
+
+def test_save_without_horizon_writes_nothing(tmp_path):
+    path = str(tmp_path / 'cache')
+    assert LocalCache(BIG).save(path, 'db') == 0
+    assert not os.path.exists(path)
+
+
+def saved_file(tmp_path):
+    path = str(tmp_path / 'cache')
+    cache = cache_at(100, compression='zlib')
+    cache.store_loaded(1, 50, b'one' * 100, 100)
+    cache.store_loaded(2, 50, None, 100)
+    cache.save(path, 'db')
+    return path
+
+
+def test_read_file_round_trips_compressed_states(tmp_path):
+    assert read_file(saved_file(tmp_path), 'db') == (
+        100, [(2, 50, None), (1, 50, b'one' * 100)])
+
+
+def test_read_file_missing(tmp_path, caplog):
+    assert read_file(str(tmp_path / 'none'), 'db') is None
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize('damage', [
+    'truncated', 'flipped', 'empty', 'garbage', 'version', 'identity',
+    'directory', 'bad kind', 'bad zlib'])
+def test_read_file_rejects_bad_files(tmp_path, caplog, damage):
+    path = saved_file(tmp_path)
+    data = (tmp_path / 'cache').read_bytes()
+    identity = 'db'
+    if damage == 'truncated':
+        data = data[:-30]
+    elif damage == 'flipped':
+        data = data[:40] + bytes([data[40] ^ 1]) + data[41:]
+    elif damage == 'empty':
+        data = b''
+    elif damage == 'garbage':
+        data = os.urandom(500)
+    elif damage == 'version':
+        data = data[:8] + struct.pack('>H', 99) + data[10:]
+    elif damage == 'identity':
+        identity = 'another-db'
+    elif damage in ('bad kind', 'bad zlib'):
+        # A well-formed file (valid checksum) with a bad record inside.
+        start = 12 + 2 + 16
+        record = struct.pack('>QQBI', 1, 50, 7 if damage == 'bad kind' else 1,
+                             3) + b'abc'
+        body = data[:start - 8] + struct.pack('>Q', 1) + record
+        data = body + struct.pack('>I', zlib.crc32(body))
+    if damage == 'directory':
+        path = str(tmp_path)
+    else:
+        with open(path, 'wb') as f:
+            f.write(data)
+    with caplog.at_level(logging.WARNING, logger='relstorage.localcache'):
+        assert read_file(path, identity) is None
+    assert any('Ignoring persistent cache file' in r.getMessage()
+               for r in caplog.records)
