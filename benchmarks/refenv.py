@@ -22,7 +22,8 @@ REFERENCE_VERSION = '4.3.0'
 
 #: Held to the caller's versions so that both sides run one ZODB stack.
 SHARED_STACK = ('ZODB', 'persistent', 'BTrees', 'transaction', 'ZConfig',
-                'zodbpickle', 'zope.interface', 'psycopg2-binary')
+                'zodbpickle', 'zope.interface', 'psycopg2-binary',
+                'mysqlclient')
 
 
 def python():
