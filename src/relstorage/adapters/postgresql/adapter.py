@@ -58,17 +58,18 @@ class PostgreSQLAdapter(Adapter):
         if hp:
             self.locker = locks.HistoryPreservingLocker(cm)
             self.mover = objects.HistoryPreservingMover(driver)
-            self.poller = poll.HistoryPreservingPoller()
+            self.poller = poll.HistoryPreservingPoller(driver)
             self.txncontrol = transactions.HistoryPreservingTransactionControl()
             self.history = history.HistoryPreservingHistory()
             self.packer = pack.HistoryPreservingPacker(driver)
         else:
             self.locker = locks.HistoryFreeLocker(cm)
             self.mover = objects.HistoryFreeMover(driver)
-            self.poller = poll.HistoryFreePoller()
+            self.poller = poll.HistoryFreePoller(driver)
             self.txncontrol = transactions.HistoryFreeTransactionControl()
             self.history = history.HistoryFreeHistory()
             self.packer = pack.HistoryFreePacker(driver)
+        cm.prepared = self.mover.prepared() + self.poller.prepared()
 
     def database_size(self):
         conn = self.connmanager.connect()

