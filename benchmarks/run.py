@@ -1,21 +1,25 @@
-"""Benchmark our relstorage against RelStorage 4.3 from PyPI, in one run.
+"""Benchmark our relstorage against RelStorage 4.3, FileStorage and ZEO, in
+one run.
 
-    python benchmarks/run.py [--backends sqlite,postgresql] [--modes hp,hf]
-                             [--objects N] [--quick]
+    python benchmarks/run.py [--backends sqlite,postgresql,mysql]
+                             [--modes hp,hf] [--objects N] [--processes P]
+                             [--quick]
 
 Run it with the project's interpreter (``.venv/bin/python``): that is our
-side.  The reference side, RelStorage 4.3, runs in ``benchmarks/
-.venv-reference``, which this script builds from PyPI on first use (and
-rebuilds when it is not what requirements-reference.txt asks for).  Every
-measurement is a subprocess running ``workload.py`` with a ZConfig string,
-so the same code drives both.  See README.rst for what each phase does.
+side, and FileStorage's and ZEO's.  The reference side, RelStorage 4.3,
+runs in ``benchmarks/.venv-reference``, which this script builds from PyPI
+on first use (and rebuilds when it is not what requirements-reference.txt
+asks for); on MariaDB it runs with the run-time patch of mariadb_patch.py,
+which the report announces.  Every measurement is a subprocess running
+``workload.py`` (or ``floor.py`` for the bare driver) with a ZConfig
+string, so the same code drives every implementation.  See README.rst for
+what each phase does.
 """
 import argparse
 import datetime
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -27,31 +31,18 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SRC = REPO / 'src'
 WORKLOAD = HERE / 'workload.py'
-DATA = HERE / 'data'
+FLOOR = HERE / 'floor.py'
 
 sys.path.insert(0, str(HERE))
+import backends  # noqa: E402
+import mariadb_patch  # noqa: E402
 import refenv  # noqa: E402
+import report  # noqa: E402
+from backends import BACKENDS, DATA, MODES, TITLES  # noqa: E402
+from report import LABELS  # noqa: E402
 
-BACKENDS = ('sqlite', 'postgresql')
-MODES = {'hp': ('history-preserving', True), 'hf': ('history-free', False)}
 IMPLS = ('ours', 'ref')
-LABELS = {'ours': 'ours', 'ref': 'RS 4.3', 'floor': 'floor'}
-
-#: (key, label, kind): kind 'rate' is objects per second and 'commits'
-#: commits per second (higher is better), 'latency' is milliseconds (lower
-#: is better).
-METRICS = (
-    ('add_100', 'add, 100 new objects/txn', 'rate'),
-    ('add_1000', 'add, 1000 new objects/txn', 'rate'),
-    ('update_1000', 'update, 1000 objects/txn', 'rate'),
-    ('cold_read', 'cold read, new process', 'rate'),
-    ('hot_read', 'hot read, ZODB cache', 'rate'),
-    ('commit_p50', 'small commit, p50', 'latency'),
-    ('commit_p90', 'small commit, p90', 'latency'),
-    ('commit_p99', 'small commit, p99', 'latency'),
-    ('conflicts', 'conflicting commits', 'commits'),
-)
-UNITS = {'rate': 'obj/s', 'commits': 'commit/s', 'latency': 'ms'}
+OTHERS = ('filestorage', 'zeo')
 
 _started = time.monotonic()
 
@@ -62,119 +53,204 @@ def log(message):
 
 # -- running the workload ----------------------------------------------------
 
-def interpreter(impl):
-    return sys.executable if impl == 'ours' else str(refenv.python())
-
-
-def expected_home(impl):
-    return SRC if impl == 'ours' else refenv.VENV
-
-
 class WorkloadFailed(Exception):
     pass
 
 
-def workload(python, command, *args, timeout=1200):
-    """Run one workload command; returns its JSON result."""
+def tail(text, lines=15):
+    return '\n'.join(text.strip().splitlines()[-lines:])
+
+
+def subprocess_json(cmd, timeout):
+    """Run ``cmd`` with ``--out FILE`` appended; returns the JSON it wrote."""
     fd, out = tempfile.mkstemp(prefix='bench-', suffix='.json')
     os.close(fd)
-    cmd = [str(python), '-I', str(WORKLOAD), command, '--out', out]
-    cmd += [str(a) for a in args]
     try:
-        proc = subprocess.run(cmd, env=refenv.clean_env(), cwd=str(HERE),
-                              capture_output=True, text=True,
+        proc = subprocess.run(cmd + ['--out', out], env=refenv.clean_env(),
+                              cwd=str(HERE), capture_output=True, text=True,
                               timeout=timeout)
         if proc.returncode != 0:
-            lines = (proc.stderr or proc.stdout).strip().splitlines()
-            raise WorkloadFailed('\n'.join(lines[-15:]) or
+            raise WorkloadFailed(tail(proc.stderr or proc.stdout) or
                                  f'exit status {proc.returncode}')
         with open(out) as f:
             return json.load(f)
     except subprocess.TimeoutExpired:
-        raise WorkloadFailed(f'{command} ran longer than {timeout}s')
+        raise WorkloadFailed(f'{cmd[3]} ran longer than {timeout}s')
     finally:
         os.remove(out)
 
 
-def run_impl(impl, command, *args):
-    return workload(interpreter(impl), command, *args,
-                    '--expect-under', expected_home(impl))
+class Side:
+    """One implementation on one backend: which interpreter runs it, where
+    its relstorage must come from, and how to get a fresh storage."""
+
+    def __init__(self, impl, fresh, flags=(), processes=True):
+        self.impl = impl
+        self.label = LABELS[impl]
+        self.python = (str(refenv.python()) if impl == 'ref'
+                       else sys.executable)
+        self.home = refenv.VENV if impl == 'ref' else SRC
+        self.fresh = fresh
+        self.flags = list(flags)
+        #: Whether several processes can share one of its storages.
+        self.processes = processes
+
+    def command(self, command, *args):
+        return ([self.python, '-I', str(WORKLOAD), command,
+                 '--expect-under', str(self.home)] + self.flags
+                + [str(a) for a in args])
+
+    def run(self, command, *args, timeout=1200):
+        return subprocess_json(self.command(command, *args), timeout)
 
 
-# -- databases ---------------------------------------------------------------
+def probe(impl):
+    cmd = [str(refenv.python()) if impl == 'ref' else sys.executable, '-I',
+           str(WORKLOAD), 'probe', '--expect-under',
+           str(refenv.VENV if impl == 'ref' else SRC)]
+    return subprocess_json(cmd, 300)['info']
 
-class PostgreSQL:
-    """Creates and drops the benchmark's databases with psycopg2 (from the
-    project's venv, where the test extra installs it)."""
 
-    def __init__(self, dsn):
+def several_processes(side, zconfig, args):
+    """``args.processes`` workers on one storage, each on its own objects;
+    returns the aggregate of each phase (objects over the span from the
+    first worker's start to the last one's end)."""
+    n = args.processes
+    side.run('mp-setup', '--zconfig', zconfig, '--processes', n)
+    per_worker = max(1, args.mp_objects // n)
+    with tempfile.TemporaryDirectory(prefix='bench-mp-') as tmp:
+        barrier = Path(tmp, 'barrier')
+        barrier.mkdir()
+        workers = []
+        for index in range(n):
+            out = Path(tmp, f'out-{index}.json')
+            err = open(Path(tmp, f'err-{index}.txt'), 'w')
+            cmd = side.command('mp-worker', '--zconfig', zconfig,
+                               '--objects', per_worker, '--processes', n,
+                               '--index', index, '--barrier', barrier,
+                               '--out', out)
+            workers.append((subprocess.Popen(
+                cmd, env=refenv.clean_env(), cwd=str(HERE),
+                stdout=subprocess.DEVNULL, stderr=err), out, err))
+        failed = None
+        deadline = time.monotonic() + 1800
+        while any(p.poll() is None for p, _, _ in workers):
+            for p, _, err in workers:
+                if p.poll() not in (None, 0) and failed is None:
+                    failed = Path(err.name)
+            if failed or time.monotonic() > deadline:
+                for p, _, _ in workers:
+                    if p.poll() is None:
+                        p.kill()
+            time.sleep(0.05)
+        for p, _, err in workers:
+            err.close()
+            if p.returncode != 0 and failed is None:
+                failed = Path(err.name)
+        if failed:
+            raise WorkloadFailed(tail(failed.read_text()) or
+                                 'a worker was killed')
+        results = [json.loads(out.read_text()) for _, out, _ in workers]
+    phases = {}
+    for key in results[0]['phases']:
+        parts = [r['phases'][key] for r in results]
+        span = max(p['end'] for p in parts) - min(p['start'] for p in parts)
+        objects = sum(p['objects'] for p in parts)
+        phases[key] = {'seconds': span, 'objects': objects,
+                       'processes': n, 'rate': objects / span,
+                       'per_process_seconds': [p['end'] - p['start']
+                                               for p in parts]}
+    return {'phases': phases}
+
+
+# -- one backend and mode ----------------------------------------------------
+
+def alternate(sides, round_):
+    """Who goes first in a round: alternating, so that neither always meets
+    the machine in the state the other left it."""
+    return sides if round_ % 2 == 0 else sides[::-1]
+
+
+def measure(sides, where, args):
+    """Every phase for each side, on fresh storages; returns the cell of
+    results: per implementation the raw runs, errors and metrics."""
+    cell = {'load_average': [os.getloadavg()[0]]}
+    for side in sides:
+        cell[side.impl] = {'writes': [], 'reads': [], 'prefetch': [],
+                           'single': [], 'errors': {}}
+    stores = {}
+    oids = {side.impl: DATA / f'oids-{side.impl}.json' for side in sides}
+    DATA.mkdir(parents=True, exist_ok=True)
+
+    def attempt(side, phase, what, function):
+        entry = cell[side.impl]
+        if 'write' in entry['errors'] or phase in entry['errors']:
+            return
+        log(f'{where}: {side.label}: {what}')
         try:
-            import psycopg2
-        except ImportError:
-            raise SystemExit('the postgresql backend needs psycopg2 in this '
-                             "interpreter: pip install -e '.[test]'")
-        self.psycopg2 = psycopg2
-        self.base = dsn
+            function(entry)
+        except (WorkloadFailed, RuntimeError) as e:
+            entry['errors'][phase] = str(e)
+            log(f'  FAILED: {side.label} {phase} on {where}:\n{e}')
 
-    def dsn(self, dbname):
-        return f'{self.base} dbname={dbname}'
+    # Write runs, each on a fresh storage; the later phases read the
+    # storage of the last one.
+    for round_ in range(args.repeat):
+        for side in alternate(sides, round_):
+            def write(entry, side=side):
+                if side.impl in stores:
+                    stores.pop(side.impl).close()
+                stores[side.impl] = store = side.fresh()
+                entry['writes'].append(side.run(
+                    'write', '--zconfig', store.zconfig,
+                    '--objects', args.objects,
+                    '--latency-commits', args.latency_commits,
+                    '--threads', args.threads,
+                    '--conflict-commits', args.conflict_commits,
+                    '--oids', oids[side.impl]))
+                entry['info'] = entry['writes'][-1]['info']
+                failed = entry['writes'][-1]['phases'].get(
+                    'conflicts', {}).get('error')
+                if failed:
+                    log(f'  conflict phase FAILED: {failed}')
+            attempt(side, 'write',
+                    f'write phases {round_ + 1}/{args.repeat}', write)
+    readers = (
+        ('read', 'reads', 'cold, warm and hot read', args.repeat,
+         ['--objects', args.objects, '--hot-repeat', args.hot_repeat]),
+        ('prefetch', 'prefetch', 'prefetch', args.extra_repeat, []),
+        ('load-single', 'single', 'cold single loads', args.extra_repeat,
+         []),
+    )
+    for command, key, what, repeats, extra in readers:
+        for round_ in range(repeats):
+            for side in alternate(sides, round_):
+                def read(entry, side=side, command=command, key=key,
+                         extra=extra):
+                    args_ = ['--zconfig', stores[side.impl].zconfig] + extra
+                    if command != 'read':
+                        args_ += ['--oids', oids[side.impl]]
+                    entry[key].append(side.run(command, *args_))
+                attempt(side, command, f'{what} {round_ + 1}/{repeats}',
+                        read)
+    if args.processes > 1:
+        for side in sides:
+            if not side.processes:
+                continue
 
-    def _admin(self, statement):
-        conn = self.psycopg2.connect(self.dsn('postgres'))
-        conn.autocommit = True
-        try:
-            conn.cursor().execute(statement)
-        finally:
-            conn.close()
+            def concurrent(entry, side=side):
+                entry['mp'] = several_processes(
+                    side, stores[side.impl].zconfig, args)
+            attempt(side, 'mp', f'{args.processes} processes', concurrent)
+    cell['load_average'].append(os.getloadavg()[0])
+    for side in sides:
+        entry = cell[side.impl]
+        if entry['writes']:
+            entry['metrics'] = summarize(entry)
+    for store in stores.values():
+        store.close(keep=args.keep_data)
+    return cell
 
-    def create(self, name):
-        self.drop(name)
-        self._admin(f'CREATE DATABASE {name}')
-
-    def drop(self, name):
-        self._admin(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
-
-    def server_version(self):
-        conn = self.psycopg2.connect(self.dsn('postgres'))
-        try:
-            cur = conn.cursor()
-            cur.execute('SHOW server_version')
-            return cur.fetchone()[0]
-        finally:
-            conn.close()
-
-
-def zconfig(backend, keep_history, location, sqlite_synchronous):
-    """The ZConfig text both implementations accept for one storage."""
-    if backend == 'sqlite':
-        pragmas = ''
-        if sqlite_synchronous != 'default':
-            pragmas = (f'\n    <pragmas>\n      synchronous '
-                       f'{sqlite_synchronous}\n    </pragmas>')
-        adapter = (f'  <sqlite3>\n    data-dir {location}{pragmas}\n'
-                   f'  </sqlite3>')
-    else:
-        adapter = (f'  <postgresql>\n    dsn {location}\n'
-                   f'    driver psycopg2\n  </postgresql>')
-    return (f'%import relstorage\n<relstorage>\n'
-            f'  keep-history {"true" if keep_history else "false"}\n'
-            f'{adapter}\n</relstorage>\n')
-
-
-def fresh_storage(backend, impl, mode, pg):
-    """An empty database for one implementation; returns its location
-    (data-dir or dsn) and a function that removes it."""
-    name = f'bench_{impl}_{mode}'
-    if backend == 'sqlite':
-        path = DATA / f'{impl}-{mode}'
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-        return str(path), lambda: shutil.rmtree(path, ignore_errors=True)
-    pg.create(name)
-    return pg.dsn(name), lambda: pg.drop(name)
-
-
-# -- the run -----------------------------------------------------------------
 
 def write_metrics(write):
     phases = write['phases']
@@ -187,20 +263,35 @@ def write_metrics(write):
     return out
 
 
-def summarize(writes, reads):
+def median_of(runs, phase, field='rate', scale=1):
+    values = [r['phases'][phase][field] * scale for r in runs]
+    return statistics.median(values) if values else None
+
+
+def summarize(entry):
     """The figures of one implementation in one backend and mode: the
-    median of each write figure over the write runs, the median cold read
-    over fresh processes and the best hot read."""
+    median of each write figure over the write runs, the median cold and
+    warm read over fresh processes, the best hot read, the medians of the
+    prefetch and single-load processes, the multi-process aggregates."""
     out = {}
-    per_run = [write_metrics(w) for w in writes]
+    per_run = [write_metrics(w) for w in entry['writes']]
     for key in dict.fromkeys(k for m in per_run for k in m):
         values = [m[key] for m in per_run if key in m]
         if values:
             out[key] = statistics.median(values)
+    reads = entry['reads']
     if reads:
-        out['cold_read'] = statistics.median(
-            r['phases']['cold_read']['rate'] for r in reads)
+        out['cold_read'] = median_of(reads, 'cold_read')
+        out['warm_read'] = median_of(reads, 'warm_read')
         out['hot_read'] = max(r['phases']['hot_read']['rate'] for r in reads)
+    if entry['prefetch']:
+        out['prefetch'] = median_of(entry['prefetch'], 'prefetch')
+    if entry['single']:
+        out['load_single'] = median_of(entry['single'], 'load_single')
+        out['load_single_p50'] = median_of(entry['single'], 'load_single',
+                                           'p50', 1000)
+    for key, phase in entry.get('mp', {}).get('phases', {}).items():
+        out[key] = phase['rate']
     return out
 
 
@@ -208,105 +299,26 @@ def summarize_floor(floor):
     phases = floor['phases']
     out = {key: phases[key]['rate']
            for key in ('add_100', 'add_1000', 'update_1000', 'cold_read')}
+    select = phases['cold_read']['select']
+    out['load_single'] = 1 / select['mean']
+    out['load_single_p50'] = select['p50'] * 1000
     for p in ('p50', 'p90', 'p99'):
         out[f'commit_{p}'] = phases['commit_latency'][p] * 1000
     return out
 
 
-def alternate(round_):
-    """Who goes first in a round: alternating, so that neither always meets
-    the machine in the state the other left it."""
-    return IMPLS if round_ % 2 == 0 else IMPLS[::-1]
-
-
-def run_backend(backend, modes, args, pg, results):
-    for mode in modes:
-        label, keep_history = MODES[mode]
-        cell = results.setdefault(backend, {}).setdefault(mode, {})
-        cell['load_average'] = [os.getloadavg()[0]]
-        for impl in IMPLS:
-            cell[impl] = {'writes': [], 'reads': []}
-        configs = {}
-        cleanups = {}
-        # Write runs, each on a fresh database; the reads then use the
-        # database of the last one.
-        for round_ in range(args.repeat):
-            for impl in alternate(round_):
-                entry = cell[impl]
-                if 'error' in entry:
-                    continue
-                log(f'{backend} {label}: {LABELS[impl]}: write phases '
-                    f'{round_ + 1}/{args.repeat}')
-                if impl in cleanups:
-                    cleanups.pop(impl)()
-                try:
-                    location, cleanups[impl] = fresh_storage(
-                        backend, impl, mode, pg)
-                    configs[impl] = zconfig(backend, keep_history, location,
-                                            args.sqlite_synchronous)
-                    entry['writes'].append(run_impl(
-                        impl, 'write', '--objects', args.objects,
-                        '--zconfig', configs[impl],
-                        '--latency-commits', args.latency_commits,
-                        '--threads', args.threads,
-                        '--conflict-commits', args.conflict_commits))
-                    entry['info'] = entry['writes'][-1]['info']
-                    failed = entry['writes'][-1]['phases'].get(
-                        'conflicts', {}).get('error')
-                    if failed:
-                        log(f'  conflict phase FAILED: {failed}')
-                except WorkloadFailed as e:
-                    entry['error'] = f'write: {e}'
-                    log(f'  FAILED: {LABELS[impl]} on {backend} {label}:'
-                        f'\n{e}')
-        for round_ in range(args.repeat):
-            for impl in alternate(round_):
-                entry = cell[impl]
-                if 'error' in entry:
-                    continue
-                log(f'{backend} {label}: {LABELS[impl]}: cold and hot read '
-                    f'{round_ + 1}/{args.repeat}')
-                try:
-                    entry['reads'].append(run_impl(
-                        impl, 'read', '--objects', args.objects,
-                        '--zconfig', configs[impl], '--version', 1,
-                        '--hot-repeat', args.hot_repeat))
-                except WorkloadFailed as e:
-                    entry['error'] = f'read: {e}'
-                    log(f'  FAILED: {LABELS[impl]} read on {backend} '
-                        f'{label}:\n{e}')
-        cell['load_average'].append(os.getloadavg()[0])
-        for impl in IMPLS:
-            entry = cell[impl]
-            if entry['writes']:
-                entry['metrics'] = summarize(entry['writes'], entry['reads'])
-        if not args.keep_data:
-            for cleanup in cleanups.values():
-                cleanup()
-
-
-def run_floor(backend, args, pg, size):
-    log(f'{backend}: floor (bare driver, no ZODB)')
-    common = ['--objects', args.objects, '--size', size,
-              '--repeat', args.repeat,
-              '--latency-commits', args.latency_commits]
-    if backend == 'postgresql':
-        pg.create('bench_floor')
-        try:
-            return workload(sys.executable, 'floor-postgresql', *common,
-                            '--dsn', pg.dsn('bench_floor'))
-        finally:
-            pg.drop('bench_floor')
-    path = DATA / 'floor'
-    path.mkdir(parents=True, exist_ok=True)
-    synchronous = args.sqlite_synchronous
-    if synchronous == 'default':
-        synchronous = 'full'    # our adapter's default
+def run_floor(backend, database, args, size):
+    log(f'{TITLES[backend]}: floor (bare driver, no ZODB)')
+    database.create('bench_floor')
     try:
-        return workload(sys.executable, 'floor-sqlite', *common,
-                        '--data-dir', path, '--synchronous', synchronous)
+        cmd = [sys.executable, '-I', str(FLOOR), backend,
+               '--objects', str(args.objects), '--size', str(size),
+               '--repeat', str(args.repeat),
+               '--latency-commits', str(args.latency_commits)]
+        cmd += [str(a) for a in database.floor_args('bench_floor')]
+        return subprocess_json(cmd, 1200)
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        database.drop('bench_floor')
 
 
 # -- reporting ---------------------------------------------------------------
@@ -335,7 +347,7 @@ def git_revision():
         return 'unknown'
 
 
-def environment(probes, pg_version):
+def environment(probes, servers):
     env = {
         'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec='seconds'),
@@ -345,117 +357,32 @@ def environment(probes, pg_version):
         'git': git_revision(),
         'load_average': [round(x, 2) for x in os.getloadavg()],
     }
-    if pg_version:
-        env['postgresql_server'] = pg_version
+    names = {'postgresql': 'postgresql_server', 'mysql': 'mysql_server',
+             'sqlite': 'sqlite_library'}
+    for backend, version in servers.items():
+        env[names[backend]] = version
     for impl, info in probes.items():
-        env[impl] = {k: v for k, v in info.items()
-                     if k not in ('platform',)}
+        env[impl] = {k: v for k, v in info.items() if k != 'platform'}
     return env
 
 
-def describe_environment(env):
-    lines = [
-        f"date            {env['date']}",
-        f"machine         {env['cpus']} CPUs ({env['cpu']}), "
-        f"{env['platform']}",
-    ]
-    if 'postgresql_server' in env:
-        lines.append(f"PostgreSQL      {env['postgresql_server']}")
-    for impl in IMPLS:
-        info = env.get(impl)
-        if not info:
+def conflict_notes(cell):
+    """Lines under a table about the conflict phase of each side."""
+    out = []
+    for impl in IMPLS + OTHERS:
+        entry = cell.get(impl)
+        if not entry:
             continue
-        name = ('ours' if impl == 'ours' else 'RelStorage 4.3')
-        where = info['relstorage_file']
-        driver = info.get('psycopg2-binary') or info.get('psycopg2')
-        lines.append(
-            f"{name:<15} relstorage {info['relstorage']} from {where}")
-        lines.append(
-            f"{'':<15} Python {info['python']}, ZODB {info.get('ZODB')}, "
-            f"persistent {info.get('persistent')}, BTrees "
-            f"{info.get('BTrees')}, psycopg2 {driver}, SQLite "
-            f"{info.get('sqlite')}")
-    lines.append(f"ours at         git {env['git']}")
-    lines.append(f"load average    {env['load_average']} at the start")
-    return '\n'.join(lines)
-
-
-def fmt(value, kind):
-    if value is None:
-        return '-'
-    if kind == 'latency':
-        return f'{value:.2f}'
-    return f'{value:,.0f}'
-
-
-def as_seconds(value, kind):
-    """The time one unit of work takes (lower is better)."""
-    return value / 1000 if kind == 'latency' else 1 / value
-
-
-def ratio(ours, ref, kind):
-    """How many times faster ours is (> 1.0: ours is faster)."""
-    if not ours or not ref:
-        return None
-    return as_seconds(ref, kind) / as_seconds(ours, kind)
-
-
-def times_floor(value, floor, kind):
-    if not value or not floor:
-        return None
-    return as_seconds(value, kind) / as_seconds(floor, kind)
-
-
-def table(backend, mode, cell, floor, conflicts_note):
-    metrics = {impl: cell.get(impl, {}).get('metrics', {}) for impl in IMPLS}
-    header = ('phase', 'unit', 'ours', 'RS 4.3', 'ratio', 'floor',
-              'ours/floor', '4.3/floor')
-    rows = []
-    for key, label, kind in METRICS:
-        ours = metrics['ours'].get(key)
-        ref = metrics['ref'].get(key)
-        if key == 'conflicts' and (ours or ref):
-            label = f'{label} ({conflicts_note})'
-        low = floor.get(key) if floor else None
-        r = ratio(ours, ref, kind)
-        fo = times_floor(ours, low, kind)
-        fr = times_floor(ref, low, kind)
-        rows.append((label, UNITS[kind], fmt(ours, kind), fmt(ref, kind),
-                     '-' if r is None else f'{r:.2f}',
-                     fmt(low, kind),
-                     '-' if fo is None else f'{fo:.1f}x',
-                     '-' if fr is None else f'{fr:.1f}x'))
-    widths = [max(len(str(row[i])) for row in rows + [header])
-              for i in range(len(header))]
-
-    def line(row):
-        cells = [str(row[0]).ljust(widths[0]), str(row[1]).ljust(widths[1])]
-        cells += [str(c).rjust(w) for c, w in zip(row[2:], widths[2:])]
-        return '  '.join(cells)
-    rule = '  '.join('=' * w for w in widths)
-    label, keep = MODES[mode]
-    title = (f'{"SQLite" if backend == "sqlite" else "PostgreSQL"}, {label} '
-             f'(keep-history {"true" if keep else "false"})')
-    out = [title, '-' * len(title), '', rule, line(header), rule]
-    out += [line(row) for row in rows]
-    out.append(rule)
-    if 'load_average' in cell:
-        first, last = cell['load_average']
-        out.append(f'load average (1 min) {first:.2f} before these runs, '
-                   f'{last:.2f} after')
-    for impl in IMPLS:
-        if 'error' in cell.get(impl, {}):
-            out.append(f'{LABELS[impl]} FAILED: '
-                       + cell[impl]['error'].splitlines()[-1])
-        runs = [w['phases']['conflicts'] for w in
-                cell.get(impl, {}).get('writes', ())
+        for phase, error in entry.get('errors', {}).items():
+            out.append(f'{LABELS[impl]} FAILED in {phase}: '
+                       + error.strip().splitlines()[-1])
+        runs = [w['phases']['conflicts'] for w in entry['writes']
                 if 'conflicts' in w['phases']]
-        for run in runs:
-            if 'error' in run:
-                out.append(f'{LABELS[impl]}: conflicting commits FAILED in '
-                           f'{sum("error" in r for r in runs)} of '
-                           f'{len(runs)} runs: {run["error"]}')
-                break
+        broken = [r for r in runs if 'error' in r]
+        if broken:
+            out.append(f'{LABELS[impl]}: conflicting commits FAILED in '
+                       f'{len(broken)} of {len(runs)} runs: '
+                       f'{broken[0]["error"]}')
         done = [r for r in runs if 'error' not in r]
         if done:
             retries = {}
@@ -468,19 +395,29 @@ def table(backend, mode, cell, floor, conflicts_note):
             out.append(f'{LABELS[impl]}: conflicting commits, per run: '
                        f'{resolved / len(done):.0f} objects resolved at '
                        f'vote; retries: {shown or "none"}')
-    return '\n'.join(out)
+    return out
+
+
+def load_line(cell):
+    first, last = cell['load_average']
+    return (f'load average (1 min) {first:.2f} before these runs, '
+            f'{last:.2f} after')
 
 
 # -- main --------------------------------------------------------------------
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(
-        description='Benchmark relstorage against RelStorage 4.3.')
-    parser.add_argument('--backends', default='sqlite,postgresql',
-                        help='comma-separated: sqlite, postgresql')
+        description='Benchmark relstorage against RelStorage 4.3, '
+        'FileStorage and ZEO.')
+    parser.add_argument('--backends', default=','.join(BACKENDS),
+                        help='comma-separated: sqlite, postgresql, mysql '
+                        '(MariaDB)')
     parser.add_argument('--modes', default='hp,hf',
                         help='comma-separated: hp (history-preserving), '
                         'hf (history-free)')
+    parser.add_argument('--others', default='filestorage,zeo',
+                        help='comma-separated: filestorage, zeo, or none')
     parser.add_argument('--objects', type=int,
                         help='objects written and read (default 20000, '
                         '2000 with --quick)')
@@ -490,6 +427,9 @@ def parse_args(argv):
                         help='write runs (each on a fresh database) and '
                         'read processes per implementation; medians are '
                         'reported (default 3, 1 with --quick)')
+    parser.add_argument('--extra-repeat', type=int,
+                        help='prefetch and single-load processes per '
+                        'implementation (default 2, 1 with --quick)')
     parser.add_argument('--hot-repeat', type=int, default=3)
     parser.add_argument('--latency-commits', type=int,
                         help='single small commits timed (default 300)')
@@ -498,10 +438,21 @@ def parse_args(argv):
     parser.add_argument('--conflict-commits', type=int,
                         help='commits per thread in the conflict phase '
                         '(default 50)')
+    parser.add_argument('--processes', type=int, default=4,
+                        help='concurrent processes in the multi-process '
+                        'phases (default 4; 1 skips them)')
+    parser.add_argument('--mp-objects', type=int,
+                        help='objects written and read by all the '
+                        'processes together (default: --objects)')
     parser.add_argument('--pg-dsn',
                         default='host=127.0.0.1 port=5432 user=root',
                         help='libpq connection string without dbname; the '
                         'user must be allowed to create databases')
+    parser.add_argument('--mysql-host', default='127.0.0.1')
+    parser.add_argument('--mysql-port', type=int, default=3306)
+    parser.add_argument('--mysql-user', default='root',
+                        help='must be allowed to create databases')
+    parser.add_argument('--mysql-passwd', default='')
     parser.add_argument('--sqlite-synchronous', default='default',
                         choices=('default', 'off', 'normal', 'full'),
                         help="SQLite's synchronous pragma for both sides; "
@@ -510,24 +461,37 @@ def parse_args(argv):
                                               'latest.json'),
                         help='where to write the results')
     parser.add_argument('--keep-data', action='store_true',
-                        help='keep the databases of the run')
+                        help='keep the databases and files of the run')
     args = parser.parse_args(argv)
-    quick = args.quick
     defaults = {'objects': (20000, 2000), 'repeat': (3, 1),
-                'latency_commits': (300, 50), 'threads': (4, 2),
-                'conflict_commits': (50, 10)}
+                'extra_repeat': (2, 1), 'latency_commits': (300, 50),
+                'threads': (4, 2), 'conflict_commits': (50, 10)}
     for name, (full, small) in defaults.items():
         if getattr(args, name) is None:
-            setattr(args, name, small if quick else full)
-    args.backends = [b.strip() for b in args.backends.split(',') if b]
-    args.modes = [m.strip() for m in args.modes.split(',') if m]
-    for b in args.backends:
-        if b not in BACKENDS:
-            parser.error(f'unknown backend {b!r}')
-    for m in args.modes:
-        if m not in MODES:
-            parser.error(f'unknown mode {m!r}')
+            setattr(args, name, small if args.quick else full)
+    if args.mp_objects is None:
+        args.mp_objects = args.objects
+
+    def names(text, allowed, what):
+        chosen = [n.strip() for n in text.split(',') if n.strip()]
+        chosen = [n for n in chosen if n != 'none']
+        for n in chosen:
+            if n not in allowed:
+                parser.error(f'unknown {what} {n!r}')
+        return chosen
+    args.backends = names(args.backends, BACKENDS, 'backend')
+    args.modes = names(args.modes, MODES, 'mode')
+    args.others = names(args.others, OTHERS, 'storage')
     return args
+
+
+def database_for(backend, args):
+    if backend == 'postgresql':
+        return backends.PostgreSQL(args.pg_dsn)
+    if backend == 'mysql':
+        return backends.MariaDB(args.mysql_host, args.mysql_port,
+                                args.mysql_user, args.mysql_passwd)
+    return backends.SQLite(args.sqlite_synchronous)
 
 
 def main(argv=None):
@@ -539,100 +503,165 @@ def main(argv=None):
             # pinned to our side's ZODB stack.
             refenv.ensure(log)
         try:
-            probes[impl] = run_impl(impl, 'probe')['info']
+            probes[impl] = probe(impl)
         except WorkloadFailed as e:
             hint = ('run this script with the project\'s venv '
                     '(.venv/bin/python benchmarks/run.py, after pip '
-                    "install -e '.[test]')" if impl == 'ours' else
+                    "install -e '.[test,bench]')" if impl == 'ours' else
                     f'delete {refenv.VENV} and run again')
             raise SystemExit(f'{LABELS[impl]}: cannot import the expected '
                              f'relstorage: {hint}\n{e}')
         log(f'{LABELS[impl]}: relstorage {probes[impl]["relstorage"]} from '
             f'{probes[impl]["relstorage_file"]} '
             f'({probes[impl]["executable"]})')
-    pg = PostgreSQL(args.pg_dsn) if 'postgresql' in args.backends else None
-    pg_version = pg.server_version() if pg else None
-    env = environment(probes, pg_version)
+    databases = {b: database_for(b, args) for b in args.backends}
+    servers = {b: d.server_version() for b, d in databases.items()}
+    env = environment(probes, servers)
     settings = {k: getattr(args, k) for k in (
-        'backends', 'modes', 'objects', 'quick', 'repeat', 'hot_repeat',
-        'latency_commits', 'threads', 'conflict_commits',
+        'backends', 'modes', 'others', 'objects', 'quick', 'repeat',
+        'extra_repeat', 'hot_repeat', 'latency_commits', 'threads',
+        'conflict_commits', 'processes', 'mp_objects',
         'sqlite_synchronous')}
     results, floors = {}, {}
-    for backend in args.backends:
-        run_backend(backend, args.modes, args, pg, results)
-        size = None
+    for backend, database in databases.items():
         for mode in args.modes:
+            sides = []
             for impl in IMPLS:
-                for write in results[backend][mode][impl]['writes']:
+                flags = (['--patch-mariadb']
+                         if backend == 'mysql' and impl == 'ref' else [])
+                sides.append(Side(
+                    impl, lambda impl=impl, mode=mode, database=database:
+                    backends.fresh_relstorage(database, impl, mode), flags))
+            where = f'{TITLES[backend]} {MODES[mode][0]}'
+            results.setdefault(backend, {})[mode] = measure(sides, where,
+                                                            args)
+        size = None
+        for cell in results[backend].values():
+            for impl in IMPLS:
+                for write in cell[impl]['writes']:
                     size = size or write['mean_state_size']
         try:
-            floors[backend] = run_floor(backend, args, pg, size or 200)
+            floors[backend] = run_floor(backend, database, args, size or 250)
         except WorkloadFailed as e:
             floors[backend] = {'error': str(e)}
             log(f'  FAILED: floor on {backend}:\n{e}')
-    shutil.rmtree(DATA, ignore_errors=True) if not args.keep_data else None
+    others = None
+    if args.others:
+        env_ = refenv.clean_env()
+        makers = {
+            'filestorage': lambda: backends.fresh_filestorage(
+                'bench-filestorage'),
+            'zeo': lambda: backends.fresh_zeo('bench-zeo', env_),
+        }
+        sides = [Side(o, makers[o], processes=(o == 'zeo'))
+                 for o in args.others]
+        others = measure(sides, 'FileStorage and ZEO', args)
+    if not args.keep_data:
+        backends.remove_data()
 
-    note = f'{args.threads} threads x {args.conflict_commits}'
-    report = [
-        '', 'Environment', '===========', '', describe_environment(env), '',
-        f'{args.objects} objects; write figures: median of {args.repeat} '
-        f'runs on fresh databases; cold read: median of {args.repeat} fresh '
-        f'processes; hot read: best of {args.repeat * args.hot_repeat}; '
-        f'{args.latency_commits} small commits; SQLite synchronous: '
-        f'{args.sqlite_synchronous}.',
-        'ratio = how many times faster ours is (> 1.0: ours is faster); '
-        'x/floor = how many times the bare driver\'s time it takes.', '']
-    for backend in args.backends:
-        floor = floors.get(backend, {})
-        low = summarize_floor(floor) if 'phases' in floor else {}
-        for mode in args.modes:
-            report.append(table(backend, mode, results[backend][mode], low,
-                                note))
-            report.append('')
-        if 'phases' in floor:
-            copy = floor['phases'].get('copy_all')
-            extra = (f'; one COPY of all rows: {copy["rate"]:,.0f} rows/s'
-                     if copy else '')
-            report.append(
-                f'floor on {backend}: {floor["driver"]}, rows of '
-                f'{floor["row_size"]} bytes{extra}.')
-            report.append('')
-        elif floor:
-            report.append(f'floor on {backend} FAILED: {floor["error"]}')
-    env['load_average_end'] = [round(x, 2) for x in os.getloadavg()]
-    report[4] += (f"\nload average    {env['load_average_end']} at the "
-                  f"end")
-    # The run itself keeps about two processes busy (the workload and the
-    # database server); more than that means other work shared the machine.
-    loads = [env['load_average'][0], env['load_average_end'][0]] + [
-        value for b in results.values() for m in b.values()
-        for value in m.get('load_average', ())]
-    if max(loads) > (os.cpu_count() or 1) + 1:
-        report.insert(5, f'\nWARNING: the load average reached '
-                      f'{max(loads):.2f} on {os.cpu_count()} CPUs: other '
-                      f'work shared the machine, and the figures are less '
-                      f'reliable.')
-    text = '\n'.join(report)
+    text, checks = make_report(args, env, results, floors, others)
     print(text)
-    document = {'environment': env, 'settings': settings,
-                'results': results, 'floors': floors,
-                'summary': {
-                    b: {m: {impl: results[b][m][impl].get('metrics')
+    patched = [cell['ref']['info'].get('mariadb_patch')
+               for cell in results.get('mysql', {}).values()
+               if 'info' in cell['ref']]
+    document = {
+        'environment': env, 'settings': settings,
+        'results': results, 'others': others, 'floors': floors,
+        'reference_patch': ({'backend': 'mysql',
+                             'description': mariadb_patch.DESCRIPTION,
+                             'patched': patched[0] if patched else None}
+                            if 'mysql' in args.backends else None),
+        'summary': {b: {m: {impl: results[b][m][impl].get('metrics')
                             for impl in IMPLS}
                         for m in args.modes}
                     for b in args.backends},
-                'floor_summary': {b: summarize_floor(f) for b, f in
-                                  floors.items() if 'phases' in f},
-                'report': text}
+        'others_summary': ({o: others[o].get('metrics') for o in args.others}
+                           if others else {}),
+        'floor_summary': {b: summarize_floor(f) for b, f in floors.items()
+                          if 'phases' in f},
+        'checks': checks,
+        'report': text}
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=1) + '\n')
     log(f'results written to {path}')
-    failed = any('error' in results[b][m][impl] for b in args.backends
-                 for m in args.modes for impl in IMPLS)
-    return 1 if failed and not any(
-        'metrics' in results[b][m]['ours'] for b in args.backends
-        for m in args.modes) else 0
+    # A failed phase of ours (a check that raised) fails the run; targets
+    # missed and failures of the other implementations do not.
+    failed = any(results[b][m]['ours']['errors'] for b in args.backends
+                 for m in args.modes)
+    return 1 if failed else 0
+
+
+def make_report(args, env, results, floors, others):
+    env['load_average_end'] = [round(x, 2) for x in os.getloadavg()]
+    lines = ['', 'Environment', '===========', '',
+             report.describe_environment(env),
+             f"load average    {env['load_average_end']} at the end", '']
+    loads = [env['load_average'][0], env['load_average_end'][0]] + [
+        value for b in results.values() for cell in b.values()
+        for value in cell['load_average']]
+    # The run keeps about two processes busy (a workload and a database
+    # server); more than that means other work shared the machine.
+    if max(loads) > (os.cpu_count() or 1) + 1:
+        lines += [f'WARNING: the load average reached {max(loads):.2f} on '
+                  f'{os.cpu_count()} CPUs: other work shared the machine, '
+                  f'and the figures are less reliable.', '']
+    if 'mysql' in args.backends:
+        lines += [f'NOTE: {mariadb_patch.DESCRIPTION}', '']
+    lines += [
+        f'{args.objects} objects; write figures: median of {args.repeat} '
+        f'runs on fresh databases; cold and warm read: median of '
+        f'{args.repeat} fresh processes; hot read: best of '
+        f'{args.repeat * args.hot_repeat}; prefetch and single loads: '
+        f'median of {args.extra_repeat} fresh processes; '
+        f'{args.latency_commits} small commits; {args.processes} processes '
+        f'x {args.mp_objects // max(args.processes, 1)} objects; SQLite '
+        f'synchronous: {args.sqlite_synchronous}.',
+        'ratio = how many times faster ours is than RS 4.3 (> 1.0: ours is '
+        'faster); target = the ratio wanted (and for single loads on the '
+        'server databases, at most 1.5 times the floor\'s time); x/floor '
+        '= how many times the bare driver\'s time it takes.', '']
+    checks = []
+    note = {'conflicts': f'{args.threads} threads x {args.conflict_commits}'}
+    for backend in args.backends:
+        floor = floors.get(backend, {})
+        low = summarize_floor(floor) if 'phases' in floor else {}
+        for mode in args.modes:
+            cell = results[backend][mode]
+            label, keep = MODES[mode]
+            title = (f'{TITLES[backend]}, {label} (keep-history '
+                     f'{"true" if keep else "false"})')
+            metrics = {impl: cell[impl].get('metrics', {}) for impl in IMPLS}
+            table, found = report.backend_table(
+                backend, f'{TITLES[backend]} {mode}', title, metrics, low,
+                args.processes, note)
+            checks += found
+            lines += table + [load_line(cell)] + conflict_notes(cell) + ['']
+        if 'phases' in floor:
+            copy = floor['phases'].get('copy_all')
+            extra = (f'; one COPY of all rows: {copy["rate"]:,.0f} rows/s'
+                     if copy else '')
+            lines += [f'floor on {TITLES[backend]}: {floor["driver"]}, rows '
+                      f'of {floor["row_size"]} bytes{extra}.', '']
+        elif floor:
+            lines += [f'floor on {TITLES[backend]} FAILED: '
+                      f'{floor["error"]}', '']
+    if others:
+        ours_by_run = {
+            f'{b} {m}': results[b][m]['ours'].get('metrics', {})
+            for b in args.backends for m in args.modes}
+        lines += report.others_table(
+            {o: others[o].get('metrics', {}) for o in args.others},
+            ours_by_run, args.processes)
+        lines += [load_line(others)] + conflict_notes(others)
+        for impl in args.others:
+            runs = others[impl]['prefetch']
+            if runs and not runs[-1]['phases']['prefetch']['storage_prefetch']:
+                lines.append(f'{LABELS[impl]} has no storage.prefetch: its '
+                             f'prefetch figure is the same reads without it.')
+        lines.append('')
+    lines += report.summary(checks)
+    return '\n'.join(lines), checks
 
 
 if __name__ == '__main__':

@@ -3,11 +3,13 @@ spent waiting for the database, for either implementation.
 
     python benchmarks/trace.py --impl ours --backend postgresql --mode hp
     python benchmarks/trace.py --impl ref --backend sqlite --mode hf --profile
+    python benchmarks/trace.py --impl ref --backend mysql --mode hp
 
 Not part of the benchmark run (the wrappers cost time themselves): a tool
-for explaining its figures.  It wraps the driver's cursors (psycopg2 or
-sqlite3) in the workload process, runs a small version of the workload
-(add, update, small commits, cold read through a new storage), and prints
+for explaining its figures.  It wraps the driver's cursors (psycopg2,
+sqlite3 or mysqlclient) in the workload process, runs a small version of
+the workload (add, update, small commits, cold read through a new
+storage), and prints
 per phase the wall time, the statements sent and the time spent inside
 ``execute``, with the statements that took most of it.  ``--profile``
 adds the top of a cProfile of the same phases.
@@ -16,7 +18,6 @@ import argparse
 import collections
 import cProfile
 import io
-import os
 import pstats
 import re
 import subprocess
@@ -82,6 +83,29 @@ def wrap_drivers():
         kwargs.setdefault('factory', TracingConnection)
         return connect(*args, **kwargs)
     sqlite3.connect = tracing_connect
+
+    try:
+        import MySQLdb.connections
+        import MySQLdb.cursors
+    except ImportError:
+        pass
+    else:
+        # Both implementations use mysqlclient's own classes: wrap them in
+        # place (only in this process).
+        cursor = MySQLdb.cursors.BaseCursor
+        for name in ('execute', 'executemany'):
+            setattr(cursor, name, _timed(getattr(cursor, name)))
+        connection = MySQLdb.connections.Connection
+        for name in ('commit', 'rollback'):
+            method = getattr(connection, name)
+
+            def timed(self, method=method, name=name):
+                start = perf()
+                try:
+                    return method(self)
+                finally:
+                    TALLY.add(f'connection.{name}()', perf() - start)
+            setattr(connection, name, timed)
 
     try:
         import psycopg2
@@ -182,6 +206,9 @@ def phase(name, operations, function, profiling):
 
 
 def traced(args):
+    if args.patch_mariadb:
+        import mariadb_patch
+        mariadb_patch.apply()
     wrap_drivers()
     import transaction
     import ZODB
@@ -254,41 +281,48 @@ def traced(args):
 
 
 def main():
-    import run
+    import backends
     import refenv
+    import run
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--impl', choices=('ours', 'ref'), default='ours')
-    parser.add_argument('--backend', choices=run.BACKENDS,
+    parser.add_argument('--backend', choices=backends.BACKENDS,
                         default='postgresql')
-    parser.add_argument('--mode', choices=tuple(run.MODES), default='hp')
+    parser.add_argument('--mode', choices=tuple(backends.MODES),
+                        default='hp')
     parser.add_argument('--objects', type=int, default=2000)
     parser.add_argument('--commits', type=int, default=100)
     parser.add_argument('--profile', action='store_true')
     parser.add_argument('--pg-dsn',
                         default='host=127.0.0.1 port=5432 user=root')
+    parser.add_argument('--mysql-host', default='127.0.0.1')
+    parser.add_argument('--mysql-port', type=int, default=3306)
+    parser.add_argument('--mysql-user', default='root')
+    parser.add_argument('--mysql-passwd', default='')
     parser.add_argument('--sqlite-synchronous', default='default')
     # Set when this script re-runs itself under the chosen interpreter.
     parser.add_argument('--zconfig', help=argparse.SUPPRESS)
     parser.add_argument('--expect-under', help=argparse.SUPPRESS)
+    parser.add_argument('--patch-mariadb', action='store_true',
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.zconfig:
         return traced(args)
     if args.impl == 'ref':
         refenv.ensure()
-    pg = run.PostgreSQL(args.pg_dsn) if args.backend == 'postgresql' else None
-    location, cleanup = run.fresh_storage(
-        args.backend, f'trace_{args.impl}', args.mode, pg)
+    database = run.database_for(args.backend, args)
+    store = backends.fresh_relstorage(database, f'trace_{args.impl}',
+                                      args.mode)
+    side = run.Side(args.impl, None)
+    extra = ['--patch-mariadb'] if (args.impl == 'ref' and
+                                    args.backend == 'mysql') else []
     try:
-        config = run.zconfig(args.backend, run.MODES[args.mode][1], location,
-                             args.sqlite_synchronous)
-        argv = [a for a in sys.argv[1:]]
         subprocess.run(
-            [run.interpreter(args.impl), '-I', __file__] + argv +
-            ['--zconfig', config,
-             '--expect-under', str(run.expected_home(args.impl))],
-            env=refenv.clean_env(), check=True)
+            [side.python, '-I', __file__] + sys.argv[1:] +
+            ['--zconfig', store.zconfig, '--expect-under', str(side.home)]
+            + extra, env=refenv.clean_env(), check=True)
     finally:
-        cleanup()
+        store.close()
 
 
 if __name__ == '__main__':

@@ -1,11 +1,11 @@
 """The benchmark workload, run as a subprocess by run.py.
 
-The same file drives both implementations: it is started once under the
-project's interpreter (our relstorage) and once under the reference venv's
-(RelStorage 4.3), with the storage given as a ZConfig string.  It never
-imports relstorage except to report which one it got, and it refuses to
-run when that is not the expected one (both packages are called
-``relstorage``).
+The same file drives every implementation: it is started under the
+project's interpreter (our relstorage, and FileStorage and ZEO, which need
+no relstorage) and under the reference venv's (RelStorage 4.3), with the
+storage given as a ZConfig string.  It never imports relstorage except to
+report which one it got, and it refuses to run when that is not the
+expected one (both packages are called ``relstorage``).
 
 Commands (each writes one JSON document to ``--out``):
 
@@ -13,14 +13,25 @@ Commands (each writes one JSON document to ``--out``):
     Builds the data set on an empty database and times: adding objects in
     transactions of 100 and of 1000, updating every object, single small
     commits (latency percentiles) and concurrent conflicting commits.
+    ``--oids FILE`` records the oid and key of every object for the
+    commands below.
 ``read``
-    In a fresh process: cold read of every object (empty caches), then hot
-    reads of the same objects through the same connection (ZODB's cache).
-``floor-postgresql`` / ``floor-sqlite``
-    The same numbers of rows of the same size written and read with the
-    bare driver, no ZODB: what the database itself costs.
+    In a fresh process: cold read of every object (empty caches), warm read
+    (ZODB's object cache emptied, the storage's own cache as the cold read
+    left it), then hot reads (ZODB's cache).
+``prefetch``
+    In a fresh process: the objects of ``--oids`` read in batches of 100,
+    each batch announced first with ``Connection.prefetch``.
+``load-single``
+    In a fresh process, without ZODB.DB: ``storage.load`` of every oid of
+    ``--oids`` through a new storage instance, each load timed.
+``mp-setup`` / ``mp-worker``
+    The multi-process variant: setup creates one tree per worker; each
+    worker adds, updates and (through a new storage) reads its own objects,
+    meeting the other workers at a file barrier before each phase.
 
-Every phase checks what it wrote or read and raises if it is wrong.
+The bare-driver floors are in ``floor.py``.  Every phase checks what it
+wrote or read and raises if it is wrong.
 """
 import argparse
 import hashlib
@@ -116,7 +127,8 @@ def identify(expect_under):
         'platform': platform.platform(),
     }
     for dist in ('relstorage', 'ZODB', 'persistent', 'BTrees',
-                 'transaction', 'psycopg2-binary', 'psycopg2', 'psycopg'):
+                 'transaction', 'ZEO', 'psycopg2-binary', 'psycopg2',
+                 'psycopg', 'mysqlclient', 'PyMySQL'):
         try:
             info[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -217,6 +229,8 @@ def cmd_write(args):
         'commits': -(-len(items) // per_txn), 'rate': len(items) / seconds}
     for name, prefix, _ in TREES:
         verify_tree(db, name, keys_for(prefix, sizes[name]), 1, sample=13)
+    if args.oids:
+        write_oids(args.oids, root)
 
     # Commit latency: one small object changed per transaction.
     counter = root['counter']
@@ -251,6 +265,22 @@ def cmd_write(args):
     conn.close()
     db.close()
     return {'phases': phases, 'mean_state_size': mean_size}
+
+
+def write_oids(path, root):
+    """Record ``[oid, key]`` of every object, in key order, for the
+    prefetch and single-load commands."""
+    from ZODB.utils import u64
+    pairs = [[u64(item._p_oid), key] for name, _, _ in TREES
+             for key, item in root[name].items()]
+    with open(path, 'w') as f:
+        json.dump(pairs, f)
+
+
+def read_oids(path):
+    from ZODB.utils import p64
+    with open(path) as f:
+        return [(p64(oid), key) for oid, key in json.load(f)]
 
 
 def failure(error):
@@ -390,296 +420,319 @@ def cmd_read(args):
             count += position
         return count
 
-    loads_before = conn.getTransferCounts()[0]
+    def loads():
+        return conn.getTransferCounts()[0]
+
+    before = loads()
     start = perf()
     count = read_all()
     cold = perf() - start
-    loads = conn.getTransferCounts()[0] - loads_before
+    cold_loads = loads() - before
+
+    # Warm: ZODB's object cache emptied (every object a ghost again, or
+    # gone), so each object is loaded from the storage once more; what the
+    # storage keeps in its own cache since the cold read is served from
+    # there.
+    conn.cacheMinimize()
+    before = loads()
+    start = perf()
+    read_all()
+    warm = perf() - start
+    warm_loads = loads() - before
+    if warm_loads != cold_loads:
+        raise AssertionError(
+            f'the warm read made {warm_loads} storage loads, the cold read '
+            f'{cold_loads}: ZODB\'s cache was not emptied')
+
     hot = []
+    before = loads()
     for _ in range(args.hot_repeat):
         start = perf()
         read_all()
         hot.append(perf() - start)
-    if conn.getTransferCounts()[0] - loads_before != loads:
+    if loads() != before:
         raise AssertionError('the hot read loaded objects from the storage')
     transaction.abort()
     conn.close()
     db.close()
     return {'phases': {
-        'cold_read': {'seconds': cold, 'objects': count, 'loads': loads,
+        'cold_read': {'seconds': cold, 'objects': count, 'loads': cold_loads,
                       'rate': count / cold},
+        'warm_read': {'seconds': warm, 'objects': count, 'loads': warm_loads,
+                      'rate': count / warm},
         'hot_read': {'seconds': min(hot), 'objects': count,
                      'rate': count / min(hot), 'runs': hot},
     }}
 
 
-# -- floors: the bare drivers ---------------------------------------------
+def cmd_prefetch(args):
+    """Read the objects of the oid file in batches: ``Connection.prefetch``
+    of the batch, then each object's state."""
+    import transaction
+    pairs = read_oids(args.oids)
+    db = open_db(args.zconfig, len(pairs))
+    conn = db.open()
+    transaction.begin()
+    storage = conn._storage
+    announced = [0]
+    supported = hasattr(db.storage, 'prefetch')
+    original = storage.prefetch
 
-def floor_rows(count, size, salt):
-    """``count`` (oid, state) rows of ``size`` bytes each."""
-    rows = []
-    for oid in range(1, count + 1):
-        seed = hashlib.sha256(f'{salt}:{oid}'.encode()).digest()
-        rows.append((oid, (seed * (size // len(seed) + 1))[:size]))
-    return rows
-
-
-def _floor_plan(args):
-    size = max(1, int(round(args.size)))
-    sizes = split(args.objects)
-    return size, floor_rows(args.objects, size, 'v0'), sizes
-
-
-def cmd_floor_postgresql(args):
-    import psycopg2
-    import psycopg2.extras
-    size, rows, sizes = _floor_plan(args)
-    conn = psycopg2.connect(args.dsn)
-    cur = conn.cursor()
-    cur.execute('SELECT version()')
-    server = cur.fetchone()[0]
-    cur.execute('SHOW server_version')
-    server_version = cur.fetchone()[0]
-
-    def reset():
-        cur.execute('DROP TABLE IF EXISTS floor_state')
-        cur.execute('CREATE TABLE floor_state (zoid BIGINT PRIMARY KEY, '
-                    'tid BIGINT NOT NULL, state BYTEA NOT NULL)')
-        conn.commit()
-
-    def check_count(expected):
-        cur.execute('SELECT COUNT(*), COALESCE(SUM(LENGTH(state)), 0) '
-                    'FROM floor_state')
-        got = cur.fetchone()
-        conn.commit()
-        if tuple(got) != (expected, expected * size):
-            raise AssertionError(f'floor table holds {got}, expected '
-                                 f'{expected} rows of {size} bytes')
-
-    phases = {}
-    # Multi-row INSERTs, one commit per batch, like the two add phases.
-    reset()
-    done = 0
-    for name, _, per_txn in TREES:
-        part = rows[done:done + sizes[name]]
-        start = perf()
-        for first in range(0, len(part), per_txn):
-            psycopg2.extras.execute_values(
-                cur, 'INSERT INTO floor_state (zoid, tid, state) VALUES %s',
-                [(oid, 1, state) for oid, state in
-                 part[first:first + per_txn]], page_size=per_txn)
-            conn.commit()
-        seconds = perf() - start
-        phases[f'add_{per_txn}'] = {'seconds': seconds,
-                                    'objects': len(part),
-                                    'rate': len(part) / seconds}
-        done += len(part)
-    check_count(len(rows))
-
-    # Updating every row, 1000 per transaction.
-    new = floor_rows(args.objects, size, 'v1')
+    def counting_prefetch(oids, *rest):
+        oids = list(oids)
+        announced[0] += len(oids)
+        return original(oids, *rest)
+    storage.prefetch = counting_prefetch
+    before = conn.getTransferCounts()[0]
     start = perf()
-    for first in range(0, len(new), 1000):
-        psycopg2.extras.execute_values(
-            cur, 'UPDATE floor_state f SET state = v.state, tid = 2 '
-            'FROM (VALUES %s) AS v (zoid, state) WHERE f.zoid = v.zoid',
-            new[first:first + 1000], page_size=1000)
-        conn.commit()
+    for first in range(0, len(pairs), args.batch):
+        batch = pairs[first:first + args.batch]
+        conn.prefetch([oid for oid, _ in batch])
+        for oid, key in batch:
+            check_item(key, conn.get(oid), args.version)
     seconds = perf() - start
-    phases['update_1000'] = {'seconds': seconds, 'objects': len(new),
-                             'rate': len(new) / seconds}
-    check_count(len(new))
+    loads = conn.getTransferCounts()[0] - before
+    # A storage without prefetch (FileStorage): ZODB's adapter replaces
+    # its own prefetch by a no-op at the first call, and nothing is
+    # announced after that.
+    if supported and announced[0] != len(pairs):
+        raise AssertionError(f'storage.prefetch saw {announced[0]} oids, '
+                             f'{len(pairs)} were prefetched')
+    if loads != len(pairs):
+        raise AssertionError(f'{loads} storage loads for {len(pairs)} '
+                             f'objects')
+    transaction.abort()
+    conn.close()
+    db.close()
+    return {'phases': {'prefetch': {
+        'seconds': seconds, 'objects': len(pairs), 'loads': loads,
+        'batch': args.batch, 'storage_prefetch': supported,
+        'rate': len(pairs) / seconds}}}
 
-    # One SELECT by primary key per row: the shape of a cold read.
-    expected = dict(new)
-    runs = []
-    for _ in range(args.repeat):
-        start = perf()
-        for oid in range(1, len(new) + 1):
-            cur.execute('SELECT state, tid FROM floor_state WHERE zoid = %s',
-                        (oid,))
-            state, tid = cur.fetchone()
-            if bytes(state) != expected[oid]:
-                raise AssertionError(f'floor row {oid} read back wrong')
-        conn.commit()
-        runs.append(perf() - start)
-    seconds = statistics.median(runs)
-    phases['cold_read'] = {'seconds': seconds, 'objects': len(new),
-                           'rate': len(new) / seconds, 'runs': runs}
 
-    # Single small commits.
-    samples = []
-    for i in range(args.latency_commits):
-        start = perf()
-        cur.execute('UPDATE floor_state SET tid = %s WHERE zoid = 1', (i,))
-        conn.commit()
-        samples.append(perf() - start)
-    phases['commit_latency'] = percentiles(samples)
-
-    # Informational: every row in one COPY, one transaction.
-    reset()
+def state_of(data):
+    """The attributes stored in one object record (ZODB's two pickles: the
+    class, then the state)."""
     import io
-    buffer = io.StringIO()
-    for oid, state in rows:
-        buffer.write(f'{oid}\t1\t\\\\x{state.hex()}\n')
-    start = perf()
-    buffer.seek(0)
-    cur.copy_expert('COPY floor_state (zoid, tid, state) FROM STDIN',
-                    buffer)
-    conn.commit()
-    seconds = perf() - start
-    phases['copy_all'] = {'seconds': seconds, 'objects': len(rows),
-                          'rate': len(rows) / seconds}
-    check_count(len(rows))
-    cur.execute('DROP TABLE floor_state')
-    conn.commit()
-    conn.close()
-    return {'phases': phases, 'row_size': size, 'server': server,
-            'server_version': server_version,
-            'driver': 'psycopg2 ' + psycopg2.__version__.split()[0]}
+    import pickle
+    unpickler = pickle.Unpickler(io.BytesIO(data))
+    unpickler.persistent_load = lambda reference: reference
+    unpickler.load()
+    return unpickler.load()
 
 
-def cmd_floor_sqlite(args):
-    import sqlite3
-    size, rows, sizes = _floor_plan(args)
-    path = os.path.join(args.data_dir, 'floor.sqlite3')
-    for suffix in ('', '-wal', '-shm'):
-        if os.path.exists(path + suffix):
-            os.remove(path + suffix)
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute('PRAGMA journal_mode = wal')
-    conn.execute(f'PRAGMA synchronous = {args.synchronous}')
-    conn.execute('CREATE TABLE floor_state (zoid INTEGER PRIMARY KEY, '
-                 'tid INTEGER NOT NULL, state BLOB NOT NULL)')
-
-    def check_count(expected):
-        got = conn.execute('SELECT COUNT(*), COALESCE(SUM(LENGTH(state)), 0) '
-                           'FROM floor_state').fetchone()
-        if tuple(got) != (expected, expected * size):
-            raise AssertionError(f'floor table holds {got}')
-
-    def in_transaction(statement, batch):
-        conn.execute('BEGIN IMMEDIATE')
-        conn.executemany(statement, batch)
-        conn.execute('COMMIT')
-
-    phases = {}
-    done = 0
-    for name, _, per_txn in TREES:
-        part = rows[done:done + sizes[name]]
-        start = perf()
-        for first in range(0, len(part), per_txn):
-            in_transaction(
-                'INSERT INTO floor_state (zoid, tid, state) VALUES (?, 1, ?)',
-                part[first:first + per_txn])
-        seconds = perf() - start
-        phases[f'add_{per_txn}'] = {'seconds': seconds,
-                                    'objects': len(part),
-                                    'rate': len(part) / seconds}
-        done += len(part)
-    check_count(len(rows))
-
-    new = floor_rows(args.objects, size, 'v1')
-    start = perf()
-    for first in range(0, len(new), 1000):
-        in_transaction('UPDATE floor_state SET state = ?, tid = 2 '
-                       'WHERE zoid = ?',
-                       [(state, oid) for oid, state in
-                        new[first:first + 1000]])
-    seconds = perf() - start
-    phases['update_1000'] = {'seconds': seconds, 'objects': len(new),
-                             'rate': len(new) / seconds}
-    check_count(len(new))
-
-    expected = dict(new)
-    runs = []
-    for _ in range(args.repeat):
-        reader = sqlite3.connect(path, isolation_level=None)
-        start = perf()
-        reader.execute('BEGIN')
-        for oid in range(1, len(new) + 1):
-            state, tid = reader.execute(
-                'SELECT state, tid FROM floor_state WHERE zoid = ?',
-                (oid,)).fetchone()
-            if state != expected[oid]:
-                raise AssertionError(f'floor row {oid} read back wrong')
-        reader.execute('COMMIT')
-        runs.append(perf() - start)
-        reader.close()
-    seconds = statistics.median(runs)
-    phases['cold_read'] = {'seconds': seconds, 'objects': len(new),
-                           'rate': len(new) / seconds, 'runs': runs}
-
+def cmd_load_single(args):
+    """``load`` of every oid of the oid file, each timed, through a new
+    storage instance of a storage opened in this process (so its caches
+    are empty), without ZODB.DB."""
+    import types
+    import ZODB.config
+    pairs = read_oids(args.oids)
+    storage = ZODB.config.storageFromString(args.zconfig)
+    if hasattr(storage, 'new_instance'):
+        instance = storage.new_instance()
+        instance.poll_invalidations()
+    else:   # FileStorage, ZEO: not MVCC storages
+        instance = storage
     samples = []
-    for i in range(args.latency_commits):
+    states = []
+    for oid, _ in pairs:
         start = perf()
-        conn.execute('BEGIN IMMEDIATE')
-        conn.execute('UPDATE floor_state SET tid = ? WHERE zoid = 1', (i,))
-        conn.execute('COMMIT')
+        data, _tid = instance.load(oid)
         samples.append(perf() - start)
-    phases['commit_latency'] = percentiles(samples)
+        states.append(data)
+    for (oid, key), data in zip(pairs, states):
+        check_item(key, types.SimpleNamespace(**state_of(data)),
+                   args.version)
+    if instance is not storage:
+        instance.release()
+    storage.close()
+    seconds = sum(samples)
+    result = percentiles(samples)
+    result.update(seconds=seconds, objects=len(pairs),
+                  rate=len(pairs) / seconds)
+    return {'phases': {'load_single': result}}
+
+
+# -- several processes -----------------------------------------------------
+
+def mp_keys(index, count):
+    # One letter, then digits: number_for() reads the digits.
+    return [f'm{index:02d}{i:06d}' for i in range(count)]
+
+
+def cmd_mp_setup(args):
+    import transaction
+    from BTrees.OOBTree import OOBTree
+    db = open_db(args.zconfig, 100)
+    conn = db.open()
+    transaction.begin()
+    root = conn.root()
+    for index in range(args.processes):
+        root[f'mp{index}'] = OOBTree()
+    transaction.commit()
     conn.close()
-    return {'phases': phases, 'row_size': size,
-            'driver': 'sqlite3 ' + sqlite3.sqlite_version,
-            'synchronous': args.synchronous}
+    db.close()
+    return {}
+
+
+def barrier(directory, name, index, parties, timeout=900):
+    """Wait until all ``parties`` workers have reached ``name``."""
+    Path(directory, f'{name}.{index}').touch()
+    deadline = time.monotonic() + timeout
+    while True:
+        arrived = sum(1 for entry in os.listdir(directory)
+                      if entry.startswith(name + '.'))
+        if arrived >= parties:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f'barrier {name}: {arrived} of {parties} '
+                               f'workers after {timeout}s')
+        time.sleep(0.002)
+
+
+def cmd_mp_worker(args):
+    """One of ``--processes`` workers: add, update, then read its own
+    objects.  Times are ``time.monotonic()``, comparable between the
+    processes of one machine, so that run.py can take the span from the
+    first start to the last end of each phase."""
+    import transaction
+    clock = time.monotonic
+    keys = mp_keys(args.index, args.objects)
+    per_txn = args.per_txn
+    name = f'mp{args.index}'
+    phases = {}
+
+    def meet(phase):
+        barrier(args.barrier, phase, args.index, args.processes)
+
+    db = open_db(args.zconfig, args.objects)
+    conn = db.open()
+    transaction.begin()
+    tree = conn.root()[name]
+    meet('add')
+    start = clock()
+    for first in range(0, len(keys), per_txn):
+        transaction.begin()
+        for key in keys[first:first + per_txn]:
+            tree[key] = Item(key)
+        transaction.commit()
+    phases['mp_add'] = {'start': start, 'end': clock(),
+                        'objects': len(keys)}
+    verify_tree(db, name, keys, 0, sample=7)
+
+    items = list(tree.values())
+    meet('update')
+    start = clock()
+    for first in range(0, len(items), per_txn):
+        transaction.begin()
+        for item in items[first:first + per_txn]:
+            item.bump()
+        transaction.commit()
+    phases['mp_update'] = {'start': start, 'end': clock(),
+                           'objects': len(items)}
+    verify_tree(db, name, keys, 1, sample=7)
+    conn.close()
+    db.close()
+
+    # A new storage: its caches are empty.
+    db = open_db(args.zconfig, args.objects)
+    conn = db.open()
+    transaction.begin()
+    meet('read')
+    start = clock()
+    position = 0
+    for key, item in conn.root()[name].items():
+        if key != keys[position]:
+            raise AssertionError(f'{name}: unexpected key {key!r}')
+        check_item(key, item, 1)
+        position += 1
+    end = clock()
+    if position != len(keys):
+        raise AssertionError(f'{name}: {position} objects read, '
+                             f'{len(keys)} stored')
+    phases['mp_read'] = {'start': start, 'end': end, 'objects': position,
+                         'loads': conn.getTransferCounts()[0]}
+    transaction.abort()
+    conn.close()
+    db.close()
+    return {'phases': phases}
 
 
 # -- main ----------------------------------------------------------------
 
-def main(argv=None):
+COMMANDS = {
+    'write': cmd_write, 'read': cmd_read, 'prefetch': cmd_prefetch,
+    'load-single': cmd_load_single, 'mp-setup': cmd_mp_setup,
+    'mp-worker': cmd_mp_worker,
+}
+
+
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest='command', required=True)
 
-    def common(p, storage=True):
+    def command(name, objects=True):
+        p = sub.add_parser(name)
         p.add_argument('--out', required=True)
-        p.add_argument('--objects', type=int, required=True)
-        if storage:
-            p.add_argument('--zconfig', required=True,
-                           help='the <relstorage> section, with %%import')
-            p.add_argument('--expect-under', required=True,
-                           help='the directory relstorage must come from')
+        p.add_argument('--expect-under', required=True,
+                       help='the directory relstorage must come from')
+        if name == 'probe':
+            return p
+        p.add_argument('--zconfig', required=True,
+                       help='the storage section, with any %%import')
+        p.add_argument('--patch-mariadb', action='store_true',
+                       help='apply mariadb_patch.py first (RelStorage 4.3 '
+                       'on MariaDB only)')
+        if objects:
+            p.add_argument('--objects', type=int, required=True)
+        return p
 
-    p = sub.add_parser('probe')
-    p.add_argument('--out', required=True)
-    p.add_argument('--expect-under', required=True)
-
-    p = sub.add_parser('write')
-    common(p)
+    command('probe')
+    p = command('write')
     p.add_argument('--latency-commits', type=int, default=300)
     p.add_argument('--threads', type=int, default=4)
     p.add_argument('--conflict-commits', type=int, default=50)
-
-    p = sub.add_parser('read')
-    common(p)
+    p.add_argument('--oids', help='where to record the oids written')
+    p = command('read')
     p.add_argument('--version', type=int, default=1,
                    help='how many times the write run updated each object')
     p.add_argument('--hot-repeat', type=int, default=3)
+    for name in ('prefetch', 'load-single'):
+        p = command(name, objects=False)
+        p.add_argument('--oids', required=True)
+        p.add_argument('--version', type=int, default=1)
+        if name == 'prefetch':
+            p.add_argument('--batch', type=int, default=100)
+    p = command('mp-setup', objects=False)
+    p.add_argument('--processes', type=int, required=True)
+    p = command('mp-worker')
+    p.add_argument('--processes', type=int, required=True)
+    p.add_argument('--index', type=int, required=True)
+    p.add_argument('--per-txn', type=int, default=100)
+    p.add_argument('--barrier', required=True,
+                   help='a directory shared by the workers')
+    return parser.parse_args(argv)
 
-    for name in ('floor-postgresql', 'floor-sqlite'):
-        p = sub.add_parser(name)
-        common(p, storage=False)
-        p.add_argument('--size', type=float, required=True)
-        p.add_argument('--repeat', type=int, default=3)
-        p.add_argument('--latency-commits', type=int, default=300)
-        if name == 'floor-postgresql':
-            p.add_argument('--dsn', required=True)
-        else:
-            p.add_argument('--data-dir', required=True)
-            p.add_argument('--synchronous', default='full')
 
-    args = parser.parse_args(argv)
+def main(argv=None):
+    args = parse_args(argv)
+    patched = None
+    if getattr(args, 'patch_mariadb', False):
+        # -I leaves this file's directory off sys.path.
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import mariadb_patch
+        patched = mariadb_patch.apply()
+    info = identify(args.expect_under)
+    if patched:
+        info['mariadb_patch'] = patched
     if args.command == 'probe':
-        result = {'info': identify(args.expect_under)}
-    elif args.command in ('write', 'read'):
-        info = identify(args.expect_under)
-        started = perf()
-        result = (cmd_write if args.command == 'write' else cmd_read)(args)
-        result['info'] = info
-        result['wall_seconds'] = perf() - started
-    elif args.command == 'floor-postgresql':
-        result = cmd_floor_postgresql(args)
+        result = {}
     else:
-        result = cmd_floor_sqlite(args)
+        started = perf()
+        result = COMMANDS[args.command](args)
+        result['wall_seconds'] = perf() - started
+    result['info'] = info
     with open(args.out, 'w') as f:
         json.dump(result, f, indent=1)
 

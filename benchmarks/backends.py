@@ -1,0 +1,264 @@
+"""Where the benchmark's storages live: databases created and dropped for
+each run, the ZConfig text that points each implementation at one, and a
+ZEO server over a FileStorage.
+
+Used by run.py and trace.py, always in the project's interpreter (which has
+psycopg2 and mysqlclient from the test extra).
+"""
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / 'data'
+
+BACKENDS = ('sqlite', 'postgresql', 'mysql')
+TITLES = {'sqlite': 'SQLite', 'postgresql': 'PostgreSQL',
+          'mysql': 'MariaDB'}
+MODES = {'hp': ('history-preserving', True), 'hf': ('history-free', False)}
+
+
+class PostgreSQL:
+    """Creates and drops the benchmark's databases with psycopg2."""
+
+    def __init__(self, dsn):
+        try:
+            import psycopg2
+        except ImportError:
+            raise SystemExit('the postgresql backend needs psycopg2 in this '
+                             "interpreter: pip install -e '.[test]'")
+        self.psycopg2 = psycopg2
+        self.base = dsn
+
+    def dsn(self, dbname):
+        return f'{self.base} dbname={dbname}'
+
+    def _admin(self, statement):
+        conn = self.psycopg2.connect(self.dsn('postgres'))
+        conn.autocommit = True
+        try:
+            conn.cursor().execute(statement)
+        finally:
+            conn.close()
+
+    def create(self, name):
+        self.drop(name)
+        self._admin(f'CREATE DATABASE {name}')
+
+    def drop(self, name):
+        self._admin(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
+
+    def server_version(self):
+        conn = self.psycopg2.connect(self.dsn('postgres'))
+        try:
+            cur = conn.cursor()
+            cur.execute('SHOW server_version')
+            return cur.fetchone()[0]
+        finally:
+            conn.close()
+
+    def adapter(self, impl, name):
+        """The ``<postgresql>`` section of either implementation."""
+        return (f'  <postgresql>\n    dsn {self.dsn(name)}\n'
+                f'    driver psycopg2\n  </postgresql>')
+
+    def floor_args(self, name):
+        return ['--dsn', self.dsn(name)]
+
+
+class MariaDB:
+    """Creates and drops the benchmark's databases with mysqlclient."""
+
+    def __init__(self, host, port, user, passwd):
+        try:
+            import MySQLdb
+        except ImportError:
+            raise SystemExit('the mysql backend needs mysqlclient in this '
+                             "interpreter: pip install -e '.[test]'")
+        self.MySQLdb = MySQLdb
+        self.host, self.port, self.user, self.passwd = (
+            host, port, user, passwd)
+
+    def _admin(self, statement):
+        conn = self.MySQLdb.connect(host=self.host, port=self.port,
+                                    user=self.user, passwd=self.passwd)
+        try:
+            cur = conn.cursor()
+            cur.execute(statement)
+            rows = cur.fetchall()
+            return rows
+        finally:
+            conn.close()
+
+    def create(self, name):
+        self.drop(name)
+        self._admin(f'CREATE DATABASE {name}')
+
+    def drop(self, name):
+        self._admin(f'DROP DATABASE IF EXISTS {name}')
+
+    def server_version(self):
+        return self._admin('SELECT version()')[0][0]
+
+    def adapter(self, impl, name):
+        """The ``<mysql>`` section: the same keys in both implementations;
+        the driver is mysqlclient on both sides (4.3 calls it MySQLdb)."""
+        driver = 'mysqlclient' if impl == 'ours' else 'MySQLdb'
+        lines = [f'host {self.host}', f'port {self.port}',
+                 f'user {self.user}', f'db {name}', f'driver {driver}']
+        if self.passwd:
+            lines.insert(3, f'passwd {self.passwd}')
+        body = ''.join(f'    {line}\n' for line in lines)
+        return f'  <mysql>\n{body}  </mysql>'
+
+    def floor_args(self, name):
+        return ['--host', self.host, '--port', self.port, '--user',
+                self.user, '--passwd', self.passwd, '--db', name]
+
+
+class SQLite:
+    """A directory per storage under benchmarks/data."""
+
+    def __init__(self, synchronous):
+        self.synchronous = synchronous
+
+    def path(self, name):
+        return DATA / name
+
+    def create(self, name):
+        self.drop(name)
+        self.path(name).mkdir(parents=True)
+
+    def drop(self, name):
+        shutil.rmtree(self.path(name), ignore_errors=True)
+
+    def server_version(self):
+        import sqlite3
+        return sqlite3.sqlite_version
+
+    def adapter(self, impl, name):
+        pragmas = ''
+        if self.synchronous != 'default':
+            pragmas = (f'\n    <pragmas>\n      synchronous '
+                       f'{self.synchronous}\n    </pragmas>')
+        return (f'  <sqlite3>\n    data-dir {self.path(name)}{pragmas}\n'
+                f'  </sqlite3>')
+
+    def floor_args(self, name):
+        synchronous = self.synchronous
+        if synchronous == 'default':
+            synchronous = 'full'    # our adapter's default
+        return ['--data-dir', self.path(name), '--synchronous', synchronous]
+
+
+def relstorage_zconfig(database, impl, name, keep_history):
+    """The ZConfig text both implementations accept for one storage."""
+    return (f'%import relstorage\n<relstorage>\n'
+            f'  keep-history {"true" if keep_history else "false"}\n'
+            f'{database.adapter(impl, name)}\n</relstorage>\n')
+
+
+def filestorage_zconfig(path):
+    return f'<filestorage>\n  path {path}\n</filestorage>\n'
+
+
+def zeo_zconfig(port):
+    return (f'%import ZEO\n<clientstorage>\n  server 127.0.0.1:{port}\n'
+            f'</clientstorage>\n')
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+class ZEOServer:
+    """``runzeo`` over a FileStorage in a subprocess of this interpreter,
+    on a free port of 127.0.0.1."""
+
+    def __init__(self, path, env):
+        self.path = Path(path)
+        self.port = free_port()
+        self.log = open(self.path.parent / 'zeo.log', 'w')
+        self.process = subprocess.Popen(
+            [sys.executable, '-m', 'ZEO.runzeo', '-a',
+             f'127.0.0.1:{self.port}', '-f', str(self.path)],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 60
+        while True:
+            if self.process.poll() is not None:
+                self.log.close()
+                raise RuntimeError(
+                    f'the ZEO server exited with {self.process.returncode}: '
+                    + (self.path.parent / 'zeo.log').read_text()[-2000:])
+            try:
+                socket.create_connection(('127.0.0.1', self.port), 1).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError('the ZEO server did not listen '
+                                       'within 60 s')
+                time.sleep(0.05)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+class Store:
+    """One fresh storage: its ZConfig text, how to stop what serves it
+    (a ZEO server) and how to remove it."""
+
+    def __init__(self, zconfig, remove, stop=None):
+        self.zconfig = zconfig
+        self._remove = remove
+        self._stop = stop
+
+    def close(self, keep=False):
+        """Stop its server; remove it unless ``keep``."""
+        if self._stop:
+            self._stop()
+            self._stop = None
+        if self._remove and not keep:
+            self._remove()
+        self._remove = None
+
+
+def fresh_relstorage(database, impl, mode):
+    name = f'bench_{impl}_{mode}'
+    database.create(name)
+    return Store(relstorage_zconfig(database, impl, name, MODES[mode][1]),
+                 lambda: database.drop(name))
+
+
+def fresh_filestorage(name):
+    path = DATA / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return Store(filestorage_zconfig(path / 'Data.fs'),
+                 lambda: shutil.rmtree(path, ignore_errors=True))
+
+
+def fresh_zeo(name, env):
+    path = DATA / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    server = ZEOServer(path / 'Data.fs', env)
+    return Store(zeo_zconfig(server.port),
+                 lambda: shutil.rmtree(path, ignore_errors=True),
+                 stop=server.stop)
+
+
+def remove_data():
+    shutil.rmtree(DATA, ignore_errors=True)
