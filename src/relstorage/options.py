@@ -75,6 +75,23 @@ def _directory(key, value):
     return path
 
 
+def _optional_directory(key, value):
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return ''
+    return _directory(key, value)
+
+
+def _megabytes(key, value):
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or number != number or not 0 <= number <= 1 << 20:
+        raise ConfigurationError(
+            f'{key}: {value!r} is not a size in megabytes from 0 to 1048576')
+    return number
+
+
 def _choice(choices, key, value):
     text = str(value).strip()
     for choice in choices:
@@ -91,6 +108,12 @@ read_only = functools.partial(_boolean, 'read-only')
 keep_history = functools.partial(_boolean, 'keep-history')
 create_schema = functools.partial(_boolean, 'create-schema')
 commit_lock_timeout = functools.partial(_seconds, 'commit-lock-timeout')
+cache_local_mb = functools.partial(_megabytes, 'cache-local-mb')
+cache_local_object_max = functools.partial(
+    _integer, 'cache-local-object-max', 0, 1 << 30)
+cache_local_compression = functools.partial(
+    _choice, ('none', 'zlib'), 'cache-local-compression')
+cache_local_dir = functools.partial(_optional_directory, 'cache-local-dir')
 data_dir = functools.partial(_directory, 'data-dir')
 sqlite_driver = functools.partial(_choice, ('auto', 'sqlite3'), 'driver')
 dsn = functools.partial(_text, 'dsn')

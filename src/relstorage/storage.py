@@ -33,7 +33,9 @@ from ZODB.utils import p64
 from ZODB.utils import z64
 
 from relstorage import undo as _undo
+from relstorage import persistentcache
 from relstorage.cache import RecentStates
+from relstorage.localcache import make_cache
 from relstorage.errors import CommitLockTimeoutError
 from relstorage.iteration import TransactionIterator
 from relstorage.oidpool import OIDPool
@@ -98,6 +100,9 @@ class RelStorage(ConflictResolvingStorage):
         self._name = options.name or adapter.describe()
         self._oids = OIDPool(adapter)
         self._recent = RecentStates()
+        self._cache = make_cache(
+            int(options.cache_local_mb * 1024 * 1024),
+            options.cache_local_object_max, options.cache_local_compression)
         self._is_root = True
         # Closing the root closes every instance's database sessions, even
         # those of ZODB Connections the application never closed.
@@ -105,6 +110,8 @@ class RelStorage(ConflictResolvingStorage):
         self._init_instance()
         if options.keep_history:
             zope.interface.alsoProvides(self, IStorageUndoable)
+        if options.cache_local_dir:
+            persistentcache.load(self)
 
     def _init_instance(self):
         self._lock = threading.RLock()
@@ -128,6 +135,7 @@ class RelStorage(ConflictResolvingStorage):
         other._name = self._name
         other._oids = self._oids
         other._recent = self._recent
+        other._cache = self._cache
         other._is_root = False
         other._instances = None
         other._crs_transform_record_data = self._crs_transform_record_data
@@ -219,11 +227,32 @@ class RelStorage(ConflictResolvingStorage):
             prev, self._polled_tid = self._polled_tid, new
             own, self._own_tids = self._own_tids, set()
             if prev is None or new == prev:
+                self._advance_cache(cursor, None, new, ())
                 return []
             if new < prev:
+                self._cache.invalidate_all()
+                self._advance_cache(cursor, None, new, ())
                 return None
             changes = self._adapter.poller.changes(cursor, prev, new)
+            self._advance_cache(cursor, prev, new, changes)
             return [p64(oid) for oid, tid in changes if tid not in own]
+
+    def _advance_cache(self, cursor, prev, new, changes):
+        """Tell the shared cache what changed up to ``new``; when this
+        instance's list does not reach back to the cache's horizon (or
+        there is none), ask the database for the missing range."""
+        cache = self._cache
+        if prev is not None and cache.advance(prev, new, changes):
+            return
+        horizon = cache.horizon
+        if horizon is None:
+            try:
+                cache.set_horizon(new)
+            except ValueError:   # another instance set it meanwhile
+                self._advance_cache(cursor, None, new, ())
+        elif horizon < new:
+            cache.advance(horizon, new, self._adapter.poller.changes(
+                cursor, horizon, new))
 
     def sync(self, force=True):
         if force:
@@ -253,14 +282,17 @@ class RelStorage(ConflictResolvingStorage):
 
     def close(self):
         with self._lock:
+            was_closed = self._closed
             if self._txn is not None:
                 self._abort()
             self._close_connections()
             self._closed = True
-        if self._is_root:
+        if self._is_root and not was_closed:
             for instance in list(self._instances):
                 instance.release()
             self._oids.close()
+            if self._options.cache_local_dir:
+                persistentcache.save(self)
 
     # -- reading -------------------------------------------------------
 
@@ -268,24 +300,37 @@ class RelStorage(ConflictResolvingStorage):
         oid_int = id_to_int(oid, 'oid')
         with self._lock:
             cursor = self._snapshot_cursor()
-            row = self._prefetched.pop(oid_int, None)
+            snapshot = self._snapshot_tid
+            row = self._cache.get(oid_int, snapshot)
             if row is None:
-                row = self._adapter.mover.load_current(cursor, oid_int)
-            if row is None or row[0] is None:
-                raise POSException.POSKeyError(oid)
+                row = self._prefetched.pop(oid_int, None)
+                if row is None:
+                    row = self._adapter.mover.load_current(cursor, oid_int)
+                    if row is None:
+                        raise POSException.POSKeyError(oid)
+                self._cache.store_loaded(oid_int, row[1], row[0], snapshot)
+                if not self._options.keep_history:
+                    self._recent.remember(oid_int, row[1], row[0])
             state, tid = row
-            if not self._options.keep_history:
-                self._recent.remember(oid_int, tid, state)
+            if state is None:
+                raise POSException.POSKeyError(oid)
             return state, p64(tid)
 
     def prefetch(self, oids):
+        """Load ``oids`` (those not cached yet) in one round trip, for the
+        loads that follow in this transaction."""
         wanted = [id_to_int(oid, 'oid') for oid in oids]
         with self._lock:
             cursor = self._snapshot_cursor()
-            wanted = [o for o in wanted if o not in self._prefetched]
+            snapshot = self._snapshot_tid
+            cache = self._cache
+            wanted = [o for o in wanted if o not in self._prefetched
+                      and cache.get(o, snapshot) is None]
             if wanted:
-                self._prefetched.update(
-                    self._adapter.mover.load_currents(cursor, wanted))
+                rows = self._adapter.mover.load_currents(cursor, wanted)
+                self._prefetched.update(rows)
+                for oid_int, (state, tid) in rows.items():
+                    cache.store_loaded(oid_int, tid, state, snapshot)
 
     def getTid(self, oid):
         return self.load(oid)[1]
@@ -293,6 +338,9 @@ class RelStorage(ConflictResolvingStorage):
     def loadSerial(self, oid, serial):
         oid_int = id_to_int(oid, 'oid')
         tid_int = id_to_int(serial, 'serial')
+        state = self._cache.get_revision(oid_int, tid_int)
+        if state is not None:
+            return state
         with self._lock:
             state = self._read_latest(
                 'loadSerial', lambda cursor: self._adapter.mover.load_revision(
@@ -308,6 +356,10 @@ class RelStorage(ConflictResolvingStorage):
         before = id_to_int(tid, 'tid')
         with self._lock:
             cursor = self._snapshot_cursor()
+            row = self._cache.get_before(oid_int, before, self._snapshot_tid)
+            if row is not None and row[0] is not None:
+                # Current in this snapshot: no later revision to name.
+                return row[0], p64(row[1]), None
             mover = self._adapter.mover
             row = mover.load_before(cursor, oid_int, before)
             if row is None:
@@ -520,8 +572,10 @@ class RelStorage(ConflictResolvingStorage):
                 tid = txn.finish(self._oids.highest)
             self._ltid = tid_bytes = p64(tid)
             self._own_tids.add(tid)
+            committed = txn.committed_states()
+            self._cache.store_committed(tid, committed)
             if not self._options.keep_history:
-                for oid, state in txn.committed_states().items():
+                for oid, state in committed.items():
                     self._recent.remember(oid, tid, state)
             if txn.max_oid >= 0:
                 self._oids.discard_through(txn.max_oid)
@@ -607,7 +661,14 @@ class RelStorage(ConflictResolvingStorage):
         from relstorage.pack import pack
         if self._options.read_only:
             raise POSException.ReadOnlyError()
-        pack(self, t, referencesf, gc)
+        try:
+            pack(self, t, referencesf, gc)
+        finally:
+            # The pack removed revisions and objects without a new
+            # transaction, so no poll will report them: forget everything
+            # this process cached rather than serve a removed revision.
+            self._cache.invalidate_all()
+            self._recent.clear()
 
     def copyTransactionsFrom(self, other):
         from ZODB.BaseStorage import copy

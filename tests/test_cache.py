@@ -1,0 +1,275 @@
+"""The shared local cache inside a storage: MVCC across instances, what
+fills it, options, and the persistent file (cache-local-dir)."""
+import os
+
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.POSException import POSKeyError
+from ZODB.utils import p64
+
+from relstorage import persistentcache
+from relstorage.options import ConfigurationError
+from relstorage.options import Options
+
+
+def _commit_value(db, key, value):
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    root = conn.root()
+    if key in root:
+        root[key]['v'] = value
+    else:
+        root[key] = PersistentMapping(v=value)
+    tm.commit()
+    oid = root[key]._p_oid
+    conn.close()
+    return oid
+
+
+def _value(instance, oid):
+    from ZODB._compat import PersistentUnpickler
+    import io
+    state, tid = instance.load(oid)
+    unpickler = PersistentUnpickler(None, lambda ref: None, io.BytesIO(state))
+    unpickler.load()   # the class
+    return unpickler.load()['data']['v'], tid
+
+
+def _stats(storage):
+    return storage._cache.stats()
+
+
+def test_instances_share_what_one_loaded(open_storage):
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    oid = _commit_value(db, 'x', 1)
+    storage._cache.invalidate_all()
+    a, b = storage.new_instance(), storage.new_instance()
+    a.poll_invalidations()
+    b.poll_invalidations()
+    before = _stats(storage)
+    assert _value(a, oid)[0] == 1
+    assert _value(b, oid)[0] == 1
+    after = _stats(storage)
+    assert after['misses'] - before['misses'] == 1
+    assert after['hits'] - before['hits'] == 1
+    a.release()
+    b.release()
+    db.close()
+
+
+def test_no_instance_sees_a_state_of_another_snapshot(open_storage):
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    oid = _commit_value(db, 'x', 1)
+    old = storage.new_instance()
+    old.poll_invalidations()
+    assert _value(old, oid)[0] == 1          # now cached: v1
+    _commit_value(db, 'x', 2)
+    new = storage.new_instance()
+    new.poll_invalidations()
+    assert _value(new, oid)[0] == 2          # not the cached v1
+    # The older snapshot keeps seeing v1, although v2 is what is cached.
+    assert _value(old, oid)[0] == 1
+    assert list(old.poll_invalidations()) == [oid]
+    assert _value(old, oid)[0] == 2
+    old.release()
+    new.release()
+    db.close()
+
+
+def test_a_commit_by_another_process_is_never_served_stale(open_storage):
+    storage = open_storage()
+    other = open_storage()          # its own cache, like another process
+    db = ZODB.DB(storage)
+    other_db = ZODB.DB(other)
+    oid = _commit_value(db, 'x', 1)
+    reader = storage.new_instance()
+    reader.poll_invalidations()
+    assert _value(reader, oid)[0] == 1
+    _commit_value(other_db, 'x', 2)
+    # Until it polls, the reader's snapshot gives v1; after, v2, although
+    # nothing in this process loaded or committed v2.
+    assert _value(reader, oid)[0] == 1
+    reader.poll_invalidations()
+    assert _value(reader, oid)[0] == 2
+    reader.release()
+    other_db.close()
+    db.close()
+
+
+def test_committed_states_are_cached(open_storage):
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    oid = _commit_value(db, 'x', 1)
+    _commit_value(db, 'x', 7)
+    reader = storage.new_instance()
+    reader.poll_invalidations()
+    before = _stats(storage)['hits']
+    value, tid = _value(reader, oid)
+    assert value == 7
+    assert _stats(storage)['hits'] == before + 1
+    # loadSerial of that revision is answered from the cache too.
+    assert reader.loadSerial(oid, tid) == reader.load(oid)[0]
+    reader.release()
+    db.close()
+
+
+def test_load_before_is_answered_from_the_cache(open_storage):
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    oid = _commit_value(db, 'x', 1)
+    reader = storage.new_instance()
+    reader.poll_invalidations()
+    state, tid = reader.load(oid)
+    last = reader.lastTransaction()
+    hits = _stats(storage)['hits']
+    before = p64(int.from_bytes(last, 'big') + 1)
+    assert reader.loadBefore(oid, before) == (state, tid, None)
+    assert _stats(storage)['hits'] == hits + 1
+    reader.release()
+    db.close()
+
+
+def test_prefetch_fills_the_cache_in_one_call(open_storage):
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    oids = [_commit_value(db, f'k{i}', i) for i in range(5)]
+    storage._cache.invalidate_all()
+    reader = storage.new_instance()
+    reader.poll_invalidations()
+    reader.prefetch(oids)
+    other = storage.new_instance()
+    other.poll_invalidations()
+    hits = _stats(storage)['hits']
+    assert [_value(other, oid)[0] for oid in oids] == list(range(5))
+    assert _stats(storage)['hits'] == hits + 5
+    reader.release()
+    other.release()
+    db.close()
+
+
+def test_a_cache_of_zero_megabytes_is_off(open_storage):
+    storage = open_storage(cache_local_mb=0)
+    db = ZODB.DB(storage)
+    oid = _commit_value(db, 'x', 1)
+    a, b = storage.new_instance(), storage.new_instance()
+    for inst in (a, b):
+        inst.poll_invalidations()
+        assert _value(inst, oid)[0] == 1
+        inst.release()
+    assert _stats(storage)['count'] == 0
+    db.close()
+
+
+def test_a_pack_empties_the_cache(open_storage, keep_history):
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    oid = _commit_value(db, 'x', 1)
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    del conn.root()['x']
+    tm.commit()
+    conn.close()
+    assert len(storage._cache) > 0
+    db.pack()
+    assert len(storage._cache) == 0
+    reader = storage.new_instance()
+    reader.poll_invalidations()
+    with pytest.raises(POSKeyError):
+        reader.load(oid)
+    reader.release()
+    db.close()
+
+
+@pytest.mark.parametrize('key, value', [
+    ('cache_local_mb', '-1'),
+    ('cache_local_mb', 'ten'),
+    ('cache_local_object_max', '-5'),
+    ('cache_local_compression', 'lz4'),
+])
+def test_bad_cache_options_name_the_key(key, value):
+    with pytest.raises(ConfigurationError) as info:
+        Options(**{key: value})
+    assert key.replace('_', '-') in str(info.value)
+
+
+def test_the_cache_file_brings_a_restarted_process_back_warm(
+        open_storage, tmp_path):
+    directory = str(tmp_path / 'cache')
+    storage = open_storage(cache_local_dir=directory)
+    db = ZODB.DB(storage)
+    oids = [_commit_value(db, f'k{i}', i) for i in range(20)]
+    db.close()
+    path = persistentcache.path_for(storage)
+    assert os.path.exists(path)
+    # While no process has the file open, another one changes an object.
+    other = open_storage()
+    other_db = ZODB.DB(other)
+    _commit_value(other_db, 'k3', 33)
+    other_db.close()
+
+    again = open_storage(cache_local_dir=directory)
+    assert len(again._cache) >= 19
+    reader = again.new_instance()
+    reader.poll_invalidations()
+    hits = _stats(again)['hits']
+    values = [_value(reader, oid)[0] for oid in oids]
+    assert values == [33 if i == 3 else i for i in range(20)]
+    # All but the changed object came from the file.
+    assert _stats(again)['hits'] - hits == 19
+    reader.release()
+    again.close()
+
+
+def test_a_damaged_cache_file_is_ignored(open_storage, tmp_path):
+    directory = str(tmp_path / 'cache')
+    storage = open_storage(cache_local_dir=directory)
+    db = ZODB.DB(storage)
+    oid = _commit_value(db, 'x', 1)
+    db.close()
+    path = persistentcache.path_for(storage)
+    with open(path, 'r+b') as f:
+        f.seek(40)
+        f.write(b'\xff' * 16)
+    again = open_storage(cache_local_dir=directory)
+    assert len(again._cache) == 0
+    reader = again.new_instance()
+    reader.poll_invalidations()
+    assert _value(reader, oid)[0] == 1
+    reader.release()
+    again.close()
+
+
+def test_a_cache_file_of_another_database_is_not_used(
+        open_storage, tmp_path):
+    """A file whose entries disagree with the database about objects that
+    did not change since its horizon (a database recreated under the same
+    name): the sampled check refuses the whole file."""
+    from relstorage.localcache import LocalCache
+    directory = str(tmp_path / 'cache')
+    storage = open_storage(cache_local_dir=directory)
+    db = ZODB.DB(storage)
+    oids = [_commit_value(db, f'k{i}', i) for i in range(10)]
+    last = int.from_bytes(storage.lastTransaction(), 'big')
+    wrong = storage.new_instance()
+    wrong.poll_invalidations()
+    bogus_state = wrong.load(oids[0])[0]
+    wrong.release()
+    db.close()
+    forged = LocalCache(1 << 20)
+    forged.set_horizon(last)
+    for oid in oids:
+        forged.store_loaded(int.from_bytes(oid, 'big'), last - 1000,
+                            bogus_state, last)
+    forged.save(persistentcache.path_for(storage),
+                persistentcache.identity(storage))
+    again = open_storage(cache_local_dir=directory)
+    assert len(again._cache) == 0
+    reader = again.new_instance()
+    reader.poll_invalidations()
+    assert [_value(reader, oid)[0] for oid in oids] == list(range(10))
+    reader.release()
+    again.close()
