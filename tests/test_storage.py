@@ -249,3 +249,18 @@ def test_state_larger_than_the_server_allows_fails_at_store(open_storage):
         assert repr(oid) in str(e.value)
     finally:
         storage.tpc_abort(t)
+
+
+def test_tids_follow_the_clock(db):
+    """Whichever clock chooses it (the server's, maybe inside a function),
+    a new tid encodes the time of the commit."""
+    from relstorage.tids import tid_time
+    conn = db.open()
+    conn.root()['when'] = PersistentMapping()
+    before = time.time()
+    transaction.commit()
+    after = time.time()
+    committed = tid_time(conn.root()['when']._p_serial)
+    conn.close()
+    # Server and client share this machine's clock; allow for rounding.
+    assert before - 1 <= committed <= after + 1

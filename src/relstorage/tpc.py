@@ -133,20 +133,30 @@ class PendingTransaction:
         resolution changed.  ``storage`` resolves conflicts."""
         adapter, cursor = self.adapter, self.cursor
         mover = adapter.mover
-        memory = self.states() if not self._spilled else None
+        rows = dict(self._rows) if not self._spilled else None
+        memory = self.states() if rows is not None else None
         self.upload()
-        adapter.locker.lock_for_vote(
+        locked, current = adapter.locker.lock_for_vote(
             cursor, sorted(self._order), sorted(self.read_current))
         self._check_requested_tid()
         if self.read_current:
-            current = mover.current_tids(cursor, list(self.read_current))
+            if current is None:
+                current = mover.current_tids(cursor, list(self.read_current))
             for oid, expected in sorted(self.read_current.items()):
                 committed = current.get(oid, 0)
                 if committed != expected:
                     raise ReadConflictError(
                         oid=p64(oid), serials=(p64(committed), p64(expected)))
-        for oid, committed_tid, prev_tid, state in mover.detect_conflicts(
-                cursor):
+        if locked is not None and rows is not None:
+            # The locking statement read the committed tids: compare them
+            # with the staged rows here rather than join on the server.
+            conflicts = [
+                (oid, locked.get(oid, 0), prev, state)
+                for oid, (prev, state, _) in sorted(rows.items())
+                if prev is not None and locked.get(oid, 0) != prev]
+        else:
+            conflicts = mover.detect_conflicts(cursor)
+        for oid, committed_tid, prev_tid, state in conflicts:
             if state is None or committed_tid == 0:
                 # A deletion cannot be merged, nor can a change to an
                 # object that no longer exists.
@@ -187,6 +197,15 @@ class PendingTransaction:
         Oids above ``allocated_through`` (the highest the allocator handed
         this process) move the allocator past them."""
         adapter, cursor = self.adapter, self.cursor
+        simple = (self.requested_tid is None and not self.superseded and (
+            self.max_oid < 0 or allocated_through is None
+            or self.max_oid <= allocated_through))
+        finish_and_commit = getattr(
+            adapter.txncontrol, 'finish_and_commit', None)
+        if simple and finish_and_commit is not None:
+            # The database does the whole step in one call.
+            return finish_and_commit(cursor, self.user, self.description,
+                                     self.extension, self.status)
         last, now = adapter.locker.hold_commit_lock(cursor)
         if self.requested_tid is not None:
             self._check_requested_tid(last)

@@ -159,7 +159,14 @@ class ILocker(Interface):
         ``read_current_oids``.  On a
         database with one database-wide write lock, take that lock.
         From here until commit or rollback nobody else may change the
-        locked objects."""
+        locked objects.
+
+        Returns ``(locked, read_current)``: ``{oid: committed tid}`` of the
+        locked rows and of the read-current rows, as the locking statements
+        read them (the latest committed, not a snapshot), so that the
+        caller needs no further query to find conflicts; objects without a
+        row are absent.  Either is None when the locker did not read them.
+        """
 
     def hold_commit_lock(cursor):
         """At tpc_finish: take the commit lock, which serialises choosing a

@@ -36,9 +36,9 @@ class MySQLLocker:
 
     def lock_for_vote(self, cursor, oids, read_current_oids):
         cursor.execute(self.LOCK_OBJECTS)
-        cursor.fetchall()
+        locked = dict(cursor.fetchall())
         if not read_current_oids:
-            return
+            return locked, {}
         oids = list(read_current_oids)
         share = ('LOCK IN SHARE MODE NOWAIT' if self.connmanager.is_mariadb
                  else 'FOR SHARE NOWAIT')
@@ -46,13 +46,14 @@ class MySQLLocker:
             in_list=', '.join(['%s'] * len(oids)), share=share)
         try:
             cursor.execute(stmt, oids)
-            cursor.fetchall()
+            current = dict(cursor.fetchall())
         except self.connmanager.driver.Error as e:
             if error_number(e) not in (ER_LOCK_NOWAIT, ER_LOCK_WAIT_TIMEOUT):
                 raise
             raise ReadConflictError(
                 'an object this transaction read with readCurrent is being '
                 'changed by a concurrent commit') from e
+        return locked, current
 
     def hold_commit_lock(self, cursor):
         cursor.execute(self.COMMIT_LOCK)
@@ -65,12 +66,12 @@ class HistoryPreservingLocker(MySQLLocker):
     # InnoDB locks by key lookups; a scan of current_object would lock, and
     # wait for, every row it passes.
     LOCK_OBJECTS = """
-        SELECT c.zoid FROM temp_store t
+        SELECT c.zoid, c.tid FROM temp_store t
         STRAIGHT_JOIN current_object c ON c.zoid = t.zoid
         ORDER BY c.zoid
         FOR UPDATE"""
     READ_CURRENT = """
-        SELECT zoid FROM current_object
+        SELECT zoid, tid FROM current_object
         WHERE zoid IN ({in_list})
         ORDER BY zoid
         {share}"""
@@ -78,12 +79,12 @@ class HistoryPreservingLocker(MySQLLocker):
 
 class HistoryFreeLocker(MySQLLocker):
     LOCK_OBJECTS = """
-        SELECT o.zoid FROM temp_store t
+        SELECT o.zoid, o.tid FROM temp_store t
         STRAIGHT_JOIN object_state o ON o.zoid = t.zoid
         ORDER BY o.zoid
         FOR UPDATE"""
     READ_CURRENT = """
-        SELECT zoid FROM object_state
+        SELECT zoid, tid FROM object_state
         WHERE zoid IN ({in_list})
         ORDER BY zoid
         {share}"""

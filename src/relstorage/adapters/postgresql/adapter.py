@@ -59,17 +59,21 @@ class PostgreSQLAdapter(Adapter):
             self.locker = locks.HistoryPreservingLocker(cm)
             self.mover = objects.HistoryPreservingMover(driver)
             self.poller = poll.HistoryPreservingPoller(driver)
-            self.txncontrol = transactions.HistoryPreservingTransactionControl()
+            self.txncontrol = (
+                transactions.HistoryPreservingTransactionControl(
+                    driver, objects.HistoryPreservingMover.MOVE_FROM_TEMP))
             self.history = history.HistoryPreservingHistory()
             self.packer = pack.HistoryPreservingPacker(driver)
         else:
             self.locker = locks.HistoryFreeLocker(cm)
             self.mover = objects.HistoryFreeMover(driver)
             self.poller = poll.HistoryFreePoller(driver)
-            self.txncontrol = transactions.HistoryFreeTransactionControl()
+            self.txncontrol = transactions.HistoryFreeTransactionControl(
+                driver, objects.HistoryFreeMover.MOVE_FROM_TEMP)
             self.history = history.HistoryFreeHistory()
             self.packer = pack.HistoryFreePacker(driver)
         cm.prepared = self.mover.prepared() + self.poller.prepared()
+        cm.store_setup = [self.txncontrol.session_setup]
 
     def database_size(self):
         conn = self.connmanager.connect()

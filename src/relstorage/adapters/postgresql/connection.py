@@ -60,6 +60,8 @@ class PostgreSQLConnectionManager(ConnectionManager):
         #: Prepared statements of the other roles (set by the adapter),
         #: prepared in every load and store session.
         self.prepared = []
+        #: Statements every store session runs once when it opens.
+        self.store_setup = []
 
     def describe(self):
         return self._description
@@ -84,6 +86,8 @@ class PostgreSQLConnectionManager(ConnectionManager):
         conn = self.connect()
         cursor = conn.cursor()
         cursor.execute(TEMP_STORE)
+        for statement in self.store_setup:
+            cursor.execute(statement)
         self.driver.prepare(cursor, self.prepared)
         return conn, cursor
 

@@ -99,6 +99,16 @@ class Psycopg2Driver:
     def execute_prepared(self, cursor, statement, params):
         cursor.execute(statement.execute_sql, params)
 
+    def call_and_commit(self, cursor, call, params):
+        """``call`` (a SELECT of one value) and COMMIT in one round trip:
+        psycopg2 binds on the client and sends several statements as one
+        query; the value survives the COMMIT in a session setting."""
+        cursor.execute(
+            f"SELECT set_config('relstorage.result', ({call})::text, "
+            f"false); COMMIT; SELECT current_setting('relstorage.result')",
+            params)
+        return int(cursor.fetchone()[0])
+
     def copy_in(self, cursor, table, columns, rows):
         import io
         data = binary_copy_data(rows)
@@ -138,6 +148,14 @@ class PsycopgDriver:
 
     def execute_prepared(self, cursor, statement, params):
         cursor.execute(statement.text, params, prepare=True)
+
+    def call_and_commit(self, cursor, call, params):
+        # psycopg 3 binds on the server, one statement per query: two
+        # round trips.
+        cursor.execute(call, params)
+        value = cursor.fetchone()[0]
+        cursor.execute('COMMIT')
+        return value
 
     def copy_in(self, cursor, table, columns, rows):
         with cursor.copy(

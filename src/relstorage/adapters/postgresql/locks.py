@@ -34,18 +34,22 @@ class PostgreSQLLocker:
         self.connmanager = connmanager
 
     def lock_for_vote(self, cursor, oids, read_current_oids):
+        locked = current = {}
         if oids:
             cursor.execute(self.LOCK_OBJECTS, (list(oids),))
+            locked = dict(cursor.fetchall())
         if not read_current_oids:
-            return
+            return locked, current
         try:
             cursor.execute(self.LOCK_READ_CURRENT, (list(read_current_oids),))
+            current = dict(cursor.fetchall())
         except self.connmanager.driver.Error as e:
             if self.connmanager.driver.sqlstate(e) != LOCK_NOT_AVAILABLE:
                 raise
             raise ReadConflictError(
                 'an object this transaction read with readCurrent is being '
                 'changed by a concurrent commit') from e
+        return locked, current
 
     def hold_commit_lock(self, cursor):
         cursor.execute(self.COMMIT_LOCK)
@@ -59,29 +63,25 @@ class HistoryPreservingLocker(PostgreSQLLocker):
     # cost grows with the database (seen with EXPLAIN ANALYZE at 21,000
     # objects: 4 ms for a one-object commit).
     LOCK_OBJECTS = """
-        SELECT COUNT(*) FROM (
-            SELECT zoid FROM current_object
-            WHERE zoid = ANY(%s)
-            ORDER BY zoid
-            FOR UPDATE) locked"""
+        SELECT zoid, tid FROM current_object
+        WHERE zoid = ANY(%s)
+        ORDER BY zoid
+        FOR UPDATE"""
     LOCK_READ_CURRENT = """
-        SELECT COUNT(*) FROM (
-            SELECT zoid FROM current_object
-            WHERE zoid = ANY(%s)
-            ORDER BY zoid
-            FOR SHARE NOWAIT) locked"""
+        SELECT zoid, tid FROM current_object
+        WHERE zoid = ANY(%s)
+        ORDER BY zoid
+        FOR SHARE NOWAIT"""
 
 
 class HistoryFreeLocker(PostgreSQLLocker):
     LOCK_OBJECTS = """
-        SELECT COUNT(*) FROM (
-            SELECT zoid FROM object_state
-            WHERE zoid = ANY(%s)
-            ORDER BY zoid
-            FOR UPDATE) locked"""
+        SELECT zoid, tid FROM object_state
+        WHERE zoid = ANY(%s)
+        ORDER BY zoid
+        FOR UPDATE"""
     LOCK_READ_CURRENT = """
-        SELECT COUNT(*) FROM (
-            SELECT zoid FROM object_state
-            WHERE zoid = ANY(%s)
-            ORDER BY zoid
-            FOR SHARE NOWAIT) locked"""
+        SELECT zoid, tid FROM object_state
+        WHERE zoid = ANY(%s)
+        ORDER BY zoid
+        FOR SHARE NOWAIT"""
