@@ -62,14 +62,17 @@ class MySQLAdapter(Adapter):
             self.locker = locks.HistoryPreservingLocker(cm)
             self.mover = objects.HistoryPreservingMover(cm)
             self.poller = poll.HistoryPreservingPoller()
-            self.txncontrol = transactions.HistoryPreservingTransactionControl()
+            self.txncontrol = (
+                transactions.HistoryPreservingTransactionControl(
+                    self.mover.MOVE_FROM_TEMP))
             self.history = history.HistoryPreservingHistory()
             self.packer = pack.HistoryPreservingPacker()
         else:
             self.locker = locks.HistoryFreeLocker(cm)
             self.mover = objects.HistoryFreeMover(cm)
             self.poller = poll.HistoryFreePoller()
-            self.txncontrol = transactions.HistoryFreeTransactionControl()
+            self.txncontrol = transactions.HistoryFreeTransactionControl(
+                self.mover.MOVE_FROM_TEMP)
             self.history = history.HistoryFreeHistory()
             self.packer = pack.HistoryFreePacker()
 

@@ -99,16 +99,15 @@ class MySQLConnectionManager(ConnectionManager):
         return True
 
     def begin_store(self, conn, cursor):
-        cursor.execute('SET TRANSACTION ISOLATION LEVEL READ COMMITTED')
-        cursor.execute('START TRANSACTION')
+        _batch(cursor, 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED; '
+                       'START TRANSACTION')
 
     def begin_write(self, cursor, what):
         self.begin_store(None, cursor)
 
     def begin_snapshot(self, conn, cursor):
-        cursor.execute('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ')
-        cursor.execute(
-            'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY')
+        _batch(cursor, 'SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; '
+                       'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY')
 
     def begin_analysis(self, conn, cursor):
         # Under REPEATABLE READ InnoDB reads the source of an
@@ -116,8 +115,8 @@ class MySQLConnectionManager(ConnectionManager):
         # logs), which committers' inserts then wait for: a deadlock with a
         # pack, seen on MariaDB 10.11 in ZODB's PackLotsWhileWriting.
         # Under READ COMMITTED it reads without locks.
-        cursor.execute('SET TRANSACTION ISOLATION LEVEL READ COMMITTED')
-        cursor.execute('START TRANSACTION')
+        _batch(cursor, 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED; '
+                       'START TRANSACTION')
 
     @contextlib.contextmanager
     def translate(self, what='committing'):
@@ -149,3 +148,12 @@ class MySQLConnectionManager(ConnectionManager):
                     f'{what}: lost the connection to {self._description}; '
                     f'nothing of this transaction was committed ({e})') from e
             raise
+
+
+def _batch(cursor, statements):
+    """Run several statements in one round trip (the connections allow
+    multi-statement queries) and read every result, as the protocol
+    requires before the next query."""
+    cursor.execute(statements)
+    while cursor.nextset():
+        pass

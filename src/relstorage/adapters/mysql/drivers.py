@@ -21,8 +21,11 @@ class MySQLclientDriver:
         self.InterfaceError = MySQLdb.InterfaceError
 
     def connect(self, params):
-        return self.module.connect(autocommit=True, charset='utf8mb4',
-                                   **params)
+        from MySQLdb.constants import CLIENT
+        # Multi-statement queries: the last step of a commit is one batch.
+        return self.module.connect(
+            autocommit=True, charset='utf8mb4',
+            client_flag=CLIENT.MULTI_STATEMENTS, **params)
 
 
 class PyMySQLDriver:
@@ -44,8 +47,10 @@ class PyMySQLDriver:
             params['password'] = params.pop('passwd')
         if 'db' in params:
             params['database'] = params.pop('db')
-        return self._connection_class(autocommit=True, charset='utf8mb4',
-                                      **params)
+        return self._connection_class(
+            autocommit=True, charset='utf8mb4',
+            client_flag=self.module.constants.CLIENT.MULTI_STATEMENTS,
+            **params)
 
 
 def _connection_class(pymysql):

@@ -1,14 +1,75 @@
-"""Transaction records for MySQL (the transaction-control role)."""
+"""Transaction records for MySQL (the transaction-control role).
+
+The last step of a commit runs as one batch of statements in one round
+trip (the connections allow multi-statement queries): the UPDATE of
+``commit_row`` takes the commit lock and chooses the tid from the server's
+clock in the same statement, the tid travels to the following statements
+in a session variable, and the COMMIT ends the batch before the tid is
+read back.  The batch is made from the statements the step-by-step path
+runs (``MOVE_FROM_TEMP``, ``INSERT_TRANSACTION``).
+"""
 from relstorage.adapters.transactions import TransactionControl
 
+# A ZODB tid from the session's clock (sessions run in UTC): 32 bits of
+# minutes since 1900 (months counted as 31 days), 32 bits of the fraction
+# of the minute, as persistent's TimeStamp encodes them.
+_TID_OF_NOW = """
+    ((((((YEAR(SYSDATE(6)) - 1900) * 12 + MONTH(SYSDATE(6)) - 1) * 31
+        + DAYOFMONTH(SYSDATE(6)) - 1) * 24 + HOUR(SYSDATE(6))) * 60
+      + MINUTE(SYSDATE(6))) * 4294967296
+     + FLOOR((SECOND(SYSDATE(6)) + MICROSECOND(SYSDATE(6)) / 1000000)
+             * 4294967296 / 60))"""
 
-class HistoryPreservingTransactionControl(TransactionControl):
+
+def _with_tid(statement, count=1):
+    for _ in range(count):
+        assert '%s' in statement, statement
+        statement = statement.replace('%s', '@relstorage_tid', 1)
+    return statement.strip()
+
+
+class _MySQLTransactionControl(TransactionControl):
     UPDATE_LAST_TID = 'UPDATE commit_row SET tid = %s WHERE id = 0'
+    # The row lock of commit_row is the commit lock (see locks.py).
+    CHOOSE_TID = f"""
+        UPDATE commit_row SET tid = GREATEST({_TID_OF_NOW}, tid + 1)
+        WHERE id = 0"""
+    READ_TID = """
+        SET @relstorage_tid = (SELECT tid FROM commit_row WHERE id = 0)"""
+
+    def __init__(self, move_statements):
+        statements = [self.CHOOSE_TID.strip(), self.READ_TID.strip()]
+        if self.INSERT_TRANSACTION is not None:
+            statements.append(_with_tid(self.INSERT_TRANSACTION))
+        statements += [_with_tid(s) for s in move_statements]
+        statements += ['COMMIT', 'SELECT @relstorage_tid']
+        self._finish = ';\n'.join(statements)
+
+    def finish_and_commit(self, cursor, user, description, extension,
+                          status):
+        """The whole last step and the COMMIT in one round trip; returns
+        the tid."""
+        params = ()
+        if self.INSERT_TRANSACTION is not None:
+            params = (status == 'p', user, description, extension)
+        cursor.execute(self._finish, params)
+        # Every statement of the batch has a result; an error in one is
+        # raised when its result is reached.
+        last = None
+        while True:
+            if cursor.description is not None:
+                last = cursor.fetchall()
+            if not cursor.nextset():
+                break
+        return int(last[0][0])
+
+
+class HistoryPreservingTransactionControl(_MySQLTransactionControl):
     INSERT_TRANSACTION = """
         INSERT INTO transaction_log
             (tid, packed, username, description, extension)
         VALUES (%s, %s, %s, %s, %s)"""
 
 
-class HistoryFreeTransactionControl(TransactionControl):
-    UPDATE_LAST_TID = 'UPDATE commit_row SET tid = %s WHERE id = 0'
+class HistoryFreeTransactionControl(_MySQLTransactionControl):
+    pass
