@@ -171,85 +171,108 @@ def alternate(sides, round_):
     return sides if round_ % 2 == 0 else sides[::-1]
 
 
-def measure(sides, where, args):
-    """Every phase for each side, on fresh storages; returns the cell of
-    results: per implementation the raw runs, errors and metrics."""
-    cell = {'load_average': [os.getloadavg()[0]]}
-    for side in sides:
-        cell[side.impl] = {'writes': [], 'reads': [], 'prefetch': [],
-                           'single': [], 'errors': {}}
-    stores = {}
-    oids = {side.impl: DATA / f'oids-{side.impl}.json' for side in sides}
-    DATA.mkdir(parents=True, exist_ok=True)
+class Measurement:
+    """Every phase for each side of one comparison, on fresh storages."""
 
-    def attempt(side, phase, what, function):
-        entry = cell[side.impl]
+    def __init__(self, sides, where, args):
+        self.sides, self.where, self.args = sides, where, args
+        self.cell = {'load_average': [os.getloadavg()[0]]}
+        for side in sides:
+            self.cell[side.impl] = {'writes': [], 'reads': [],
+                                    'prefetch': [], 'single': [],
+                                    'errors': {}}
+        self.stores = {}
+        self.oids = {side.impl: DATA / f'oids-{side.impl}.json'
+                     for side in sides}
+
+    def attempt(self, side, phase, what, function):
+        """Run one phase of one side unless that side failed its writes
+        or an earlier run of this phase; record a failure."""
+        entry = self.cell[side.impl]
         if 'write' in entry['errors'] or phase in entry['errors']:
             return
-        log(f'{where}: {side.label}: {what}')
+        log(f'{self.where}: {side.label}: {what}')
         try:
-            function(entry)
+            function(side, entry)
         except (WorkloadFailed, RuntimeError) as e:
             entry['errors'][phase] = str(e)
-            log(f'  FAILED: {side.label} {phase} on {where}:\n{e}')
+            log(f'  FAILED: {side.label} {phase} on {self.where}:\n{e}')
 
-    # Write runs, each on a fresh storage; the later phases read the
-    # storage of the last one.
-    for round_ in range(args.repeat):
-        for side in alternate(sides, round_):
-            def write(entry, side=side):
-                if side.impl in stores:
-                    stores.pop(side.impl).close()
-                stores[side.impl] = store = side.fresh()
-                entry['writes'].append(side.run(
-                    'write', '--zconfig', store.zconfig,
-                    '--objects', args.objects,
-                    '--latency-commits', args.latency_commits,
-                    '--threads', args.threads,
-                    '--conflict-commits', args.conflict_commits,
-                    '--oids', oids[side.impl]))
-                entry['info'] = entry['writes'][-1]['info']
-                failed = entry['writes'][-1]['phases'].get(
-                    'conflicts', {}).get('error')
-                if failed:
-                    log(f'  conflict phase FAILED: {failed}')
-            attempt(side, 'write',
-                    f'write phases {round_ + 1}/{args.repeat}', write)
-    readers = (
-        ('read', 'reads', 'cold, warm and hot read', args.repeat,
-         ['--objects', args.objects, '--hot-repeat', args.hot_repeat]),
-        ('prefetch', 'prefetch', 'prefetch', args.extra_repeat, []),
-        ('load-single', 'single', 'cold single loads', args.extra_repeat,
-         []),
-    )
-    for command, key, what, repeats, extra in readers:
+    def rounds(self, phase, what, repeats, function):
         for round_ in range(repeats):
-            for side in alternate(sides, round_):
-                def read(entry, side=side, command=command, key=key,
-                         extra=extra):
-                    args_ = ['--zconfig', stores[side.impl].zconfig] + extra
-                    if command != 'read':
-                        args_ += ['--oids', oids[side.impl]]
-                    entry[key].append(side.run(command, *args_))
-                attempt(side, command, f'{what} {round_ + 1}/{repeats}',
-                        read)
-    if args.processes > 1:
-        for side in sides:
-            if not side.processes:
-                continue
+            for side in alternate(self.sides, round_):
+                self.attempt(side, phase, f'{what} {round_ + 1}/{repeats}',
+                             function)
 
-            def concurrent(entry, side=side):
-                entry['mp'] = several_processes(
-                    side, stores[side.impl].zconfig, args)
-            attempt(side, 'mp', f'{args.processes} processes', concurrent)
-    cell['load_average'].append(os.getloadavg()[0])
-    for side in sides:
-        entry = cell[side.impl]
-        if entry['writes']:
-            entry['metrics'] = summarize(entry)
-    for store in stores.values():
-        store.close(keep=args.keep_data)
-    return cell
+    def write(self, side, entry):
+        """A write run on a fresh storage; the later phases read the
+        storage of the last one."""
+        args = self.args
+        if side.impl in self.stores:
+            self.stores.pop(side.impl).close()
+        self.stores[side.impl] = store = side.fresh()
+        entry['writes'].append(side.run(
+            'write', '--zconfig', store.zconfig, '--objects', args.objects,
+            '--latency-commits', args.latency_commits,
+            '--threads', args.threads,
+            '--conflict-commits', args.conflict_commits,
+            '--oids', self.oids[side.impl]))
+        entry['info'] = entry['writes'][-1]['info']
+        failed = entry['writes'][-1]['phases'].get('conflicts', {}).get(
+            'error')
+        if failed:
+            log(f'  conflict phase FAILED: {failed}')
+
+    def read(self, side, entry):
+        entry['reads'].append(side.run(
+            'read', '--zconfig', self.stores[side.impl].zconfig,
+            '--objects', self.args.objects,
+            '--hot-repeat', self.args.hot_repeat))
+
+    def by_oid(self, command, key):
+        def run(side, entry):
+            entry[key].append(side.run(
+                command, '--zconfig', self.stores[side.impl].zconfig,
+                '--oids', self.oids[side.impl]))
+        return run
+
+    def concurrent(self, side, entry):
+        entry['mp'] = several_processes(
+            side, self.stores[side.impl].zconfig, self.args)
+
+    def run(self):
+        args = self.args
+        DATA.mkdir(parents=True, exist_ok=True)
+        try:
+            self.rounds('write', 'write phases', args.repeat, self.write)
+            self.rounds('read', 'cold, warm and hot read', args.repeat,
+                        self.read)
+            self.rounds('prefetch', 'prefetch', args.extra_repeat,
+                        self.by_oid('prefetch', 'prefetch'))
+            self.rounds('load-single', 'cold single loads',
+                        args.extra_repeat,
+                        self.by_oid('load-single', 'single'))
+            if args.processes > 1:
+                for side in self.sides:
+                    if side.processes:
+                        self.attempt(side, 'mp',
+                                     f'{args.processes} processes',
+                                     self.concurrent)
+        finally:
+            for store in self.stores.values():
+                store.close(keep=args.keep_data)
+        self.cell['load_average'].append(os.getloadavg()[0])
+        for side in self.sides:
+            entry = self.cell[side.impl]
+            if entry['writes']:
+                entry['metrics'] = summarize(entry)
+        return self.cell
+
+
+def measure(sides, where, args):
+    """Every phase for each side; returns the cell of results: per
+    implementation the raw runs, errors and metrics."""
+    return Measurement(sides, where, args).run()
 
 
 def write_metrics(write):
