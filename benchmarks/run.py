@@ -661,9 +661,14 @@ def make_report(args, env, results, floors, others):
             checks += found
             lines += table + [load_line(cell)] + conflict_notes(cell) + ['']
         if 'phases' in floor:
+            extra = ''
+            text = floor['phases'].get('select_text')
+            if text:
+                extra += (f'; SELECT prepared (as plain text: '
+                          f'{text["rate"]:,.0f} rows/s)')
             copy = floor['phases'].get('copy_all')
-            extra = (f'; one COPY of all rows: {copy["rate"]:,.0f} rows/s'
-                     if copy else '')
+            if copy:
+                extra += f'; one COPY of all rows: {copy["rate"]:,.0f} rows/s'
             lines += [f'floor on {TITLES[backend]}: {floor["driver"]}, rows '
                       f'of {floor["row_size"]} bytes{extra}.', '']
         elif floor:
