@@ -273,3 +273,71 @@ def test_a_cache_file_of_another_database_is_not_used(
     assert [_value(reader, oid)[0] for oid in oids] == list(range(10))
     reader.release()
     again.close()
+
+
+def _count_calls(monkeypatch, mover):
+    calls = {'load_current': 0, 'load_currents': 0}
+    for name in calls:
+        original = getattr(mover, name)
+
+        def counting(*args, _name=name, _original=original):
+            calls[_name] += 1
+            return _original(*args)
+        monkeypatch.setattr(mover, name, counting)
+    return calls
+
+
+def _family(db, children):
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    folder = conn.root()['folder'] = PersistentMapping()
+    for i in range(children):
+        folder[i] = PersistentMapping(v=i)
+    tm.commit()
+    oids = (folder._p_oid, [folder[i]._p_oid for i in range(children)])
+    conn.close()
+    return oids
+
+
+@pytest.mark.parametrize('read_ahead', [True, False])
+def test_read_ahead_brings_the_siblings_of_a_second_miss(
+        open_storage, monkeypatch, read_ahead):
+    storage = open_storage(read_ahead=read_ahead, cache_local_mb=0)
+    db = ZODB.DB(storage)
+    folder, children = _family(db, 10)
+    # Another process changes a child; the reader's snapshot predates it.
+    reader = storage.new_instance()
+    reader.poll_invalidations()
+    calls = _count_calls(monkeypatch, storage._adapter.mover)
+    reader.load(folder)
+    assert _value(reader, children[0])[0] == 0
+    assert calls == {'load_current': 2, 'load_currents': 0}
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    conn.root()['folder'][5]['v'] = 55
+    tm.commit()
+    conn.close()
+    values = [_value(reader, oid)[0] for oid in children[1:]]
+    # Read from the reader's snapshot, with or without read-ahead.
+    assert values == list(range(1, 10))
+    if read_ahead:
+        assert calls == {'load_current': 2, 'load_currents': 1}
+    else:
+        assert calls == {'load_current': 11, 'load_currents': 0}
+    reader.release()
+    db.close()
+
+
+def test_one_child_of_a_container_loads_nothing_more(
+        open_storage, monkeypatch):
+    storage = open_storage(cache_local_mb=0)
+    db = ZODB.DB(storage)
+    folder, children = _family(db, 10)
+    reader = storage.new_instance()
+    reader.poll_invalidations()
+    calls = _count_calls(monkeypatch, storage._adapter.mover)
+    reader.load(folder)
+    reader.load(children[3])
+    assert calls == {'load_current': 2, 'load_currents': 0}
+    reader.release()
+    db.close()

@@ -108,6 +108,7 @@ read_only = functools.partial(_boolean, 'read-only')
 keep_history = functools.partial(_boolean, 'keep-history')
 create_schema = functools.partial(_boolean, 'create-schema')
 commit_lock_timeout = functools.partial(_seconds, 'commit-lock-timeout')
+read_ahead = functools.partial(_boolean, 'read-ahead')
 cache_local_mb = functools.partial(_megabytes, 'cache-local-mb')
 cache_local_object_max = functools.partial(
     _integer, 'cache-local-object-max', 0, 1 << 30)

@@ -29,7 +29,9 @@ from ZODB.interfaces import IStorageCurrentRecordIteration
 from ZODB.interfaces import IStorageIteration
 from ZODB.interfaces import IStorageRestoreable
 from ZODB.interfaces import IStorageUndoable
+from ZODB.serialize import referencesf
 from ZODB.utils import p64
+from ZODB.utils import u64
 from ZODB.utils import z64
 
 from relstorage import undo as _undo
@@ -122,6 +124,7 @@ class RelStorage(ConflictResolvingStorage):
         self._snapshot_tid = None      # int, or None when no snapshot open
         self._polled_tid = None        # last tid reported to poll callers
         self._prefetched = {}
+        self._families = {}            # child oid -> [siblings, misses]
         # Committing.
         self._store_conn = self._store_cursor = None
         self._txn = None
@@ -177,6 +180,7 @@ class RelStorage(ConflictResolvingStorage):
         if self._snapshot_tid is not None:
             self._snapshot_tid = None
             self._prefetched.clear()
+            self._families.clear()
             self._adapter.connmanager.rollback(
                 self._load_conn, self._load_cursor)
 
@@ -304,6 +308,8 @@ class RelStorage(ConflictResolvingStorage):
             row = self._cache.get(oid_int, snapshot)
             if row is None:
                 row = self._prefetched.pop(oid_int, None)
+                if row is None and self._families:
+                    row = self._read_ahead(cursor, oid_int, snapshot)
                 if row is None:
                     row = self._adapter.mover.load_current(cursor, oid_int)
                     if row is None:
@@ -311,10 +317,59 @@ class RelStorage(ConflictResolvingStorage):
                 self._cache.store_loaded(oid_int, row[1], row[0], snapshot)
                 if not self._options.keep_history:
                     self._recent.remember(oid_int, row[1], row[0])
+                if self._options.read_ahead:
+                    self._note_references(row[0])
             state, tid = row
             if state is None:
                 raise POSException.POSKeyError(oid)
             return state, p64(tid)
+
+    #: At most this many children per object are remembered for read-ahead,
+    #: and at most READ_AHEAD_MEMORY children in all per transaction.
+    READ_AHEAD_FAMILY = 256
+    READ_AHEAD_MEMORY = 100000
+
+    def _note_references(self, state):
+        """Remember the objects ``state`` refers to as one family: the
+        second of them loaded from the database brings the rest along."""
+        # Every persistent reference is pickled with the BINPERSID opcode
+        # (b'Q'); most leaf objects have no such byte and skip the parse.
+        if not state or b'Q' not in state:
+            return
+        refs = [u64(ref) for ref in referencesf(state)]
+        if len(refs) < 2 or len(refs) > self.READ_AHEAD_FAMILY:
+            return
+        families = self._families
+        if len(families) + len(refs) > self.READ_AHEAD_MEMORY:
+            families.clear()
+        family = [refs, 0]
+        for ref in refs:
+            families[ref] = family
+
+    def _read_ahead(self, cursor, oid_int, snapshot):
+        """The row of ``oid_int`` if it is the second (or later) object of
+        its family to miss the caches, loaded with the rest of its family
+        in one round trip; None otherwise."""
+        family = self._families.get(oid_int)
+        if family is None:
+            return None
+        family[1] += 1
+        if family[1] < 2:
+            return None
+        refs, _ = family
+        for ref in refs:
+            self._families.pop(ref, None)
+        cache = self._cache
+        wanted = [ref for ref in refs if ref not in self._prefetched
+                  and cache.get(ref, snapshot) is None]
+        if oid_int not in wanted:
+            wanted.append(oid_int)
+        rows = self._adapter.mover.load_currents(cursor, wanted)
+        for ref, (state, tid) in rows.items():
+            if ref != oid_int:
+                cache.store_loaded(ref, tid, state, snapshot)
+        self._prefetched.update(rows)
+        return self._prefetched.pop(oid_int, None)
 
     def prefetch(self, oids):
         """Load ``oids`` (those not cached yet) in one round trip, for the
