@@ -341,3 +341,32 @@ def test_one_child_of_a_container_loads_nothing_more(
     assert calls == {'load_current': 2, 'load_currents': 0}
     reader.release()
     db.close()
+
+
+def test_conflicts_resolve_after_the_cache_replaced_the_old_state(
+        open_storage):
+    """Two connections of one process change a BTrees.Length from the same
+    revision.  The first commit replaces that revision in the shared cache
+    (and, history-free, in the database); resolving the second still finds
+    the state both started from."""
+    from BTrees.Length import Length
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    tm0 = transaction.TransactionManager()
+    c0 = db.open(tm0)
+    c0.root()['n'] = Length()
+    tm0.commit()
+    c0.close()
+    tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+    c1, c2 = db.open(tm1), db.open(tm2)
+    n1, n2 = c1.root()['n'], c2.root()['n']
+    assert n1() == n2() == 0
+    n1.change(1)
+    tm1.commit()
+    n2.change(10)
+    tm2.commit()            # resolved, not a ConflictError
+    tm1.begin()
+    assert c1.root()['n']() == 11
+    c1.close()
+    c2.close()
+    db.close()

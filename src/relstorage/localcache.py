@@ -104,6 +104,10 @@ class LocalCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        #: Called as ``replaced(oid, tid, state)`` (under the cache's lock)
+        #: when a newer revision replaces a cached one, so that a caller
+        #: may keep the old state elsewhere (conflict resolution needs it).
+        self.replaced = None
 
     @property
     def horizon(self):
@@ -371,6 +375,10 @@ class LocalCache:
                                           cost)
             self._size += cost
         else:
+            if self.replaced is not None and entry.state is not None:
+                old = entry.state
+                self.replaced(oid, entry.tid,
+                              zlib.decompress(old) if entry.zipped else old)
             delta = cost - entry.cost
             entry.state = stored
             entry.tid = tid

@@ -37,6 +37,7 @@ from ZODB.utils import z64
 from relstorage import undo as _undo
 from relstorage import persistentcache
 from relstorage.cache import RecentStates
+from relstorage.localcache import LocalCache
 from relstorage.localcache import make_cache
 from relstorage.errors import CommitLockTimeoutError
 from relstorage.iteration import TransactionIterator
@@ -105,6 +106,15 @@ class RelStorage(ConflictResolvingStorage):
         self._cache = make_cache(
             int(options.cache_local_mb * 1024 * 1024),
             options.cache_local_object_max, options.cache_local_compression)
+        # History-free conflict resolution needs the state a transaction
+        # started from after the database has overwritten it.  With the
+        # shared cache on, that state is in the cache until a newer
+        # revision replaces it, and then goes to the memory of recent
+        # states; without the cache every load goes there.
+        self._remember_loads = not options.keep_history and not isinstance(
+            self._cache, LocalCache)
+        if not options.keep_history and isinstance(self._cache, LocalCache):
+            self._cache.replaced = self._recent.remember
         self._is_root = True
         # Closing the root closes every instance's database sessions, even
         # those of ZODB Connections the application never closed.
@@ -139,6 +149,7 @@ class RelStorage(ConflictResolvingStorage):
         other._oids = self._oids
         other._recent = self._recent
         other._cache = self._cache
+        other._remember_loads = self._remember_loads
         other._is_root = False
         other._instances = None
         other._crs_transform_record_data = self._crs_transform_record_data
@@ -315,7 +326,7 @@ class RelStorage(ConflictResolvingStorage):
                     if row is None:
                         raise POSException.POSKeyError(oid)
                 self._cache.store_loaded(oid_int, row[1], row[0], snapshot)
-                if not self._options.keep_history:
+                if self._remember_loads:
                     self._recent.remember(oid_int, row[1], row[0])
                 if self._options.read_ahead:
                     self._note_references(row[0])
@@ -629,7 +640,7 @@ class RelStorage(ConflictResolvingStorage):
             self._own_tids.add(tid)
             committed = txn.committed_states()
             self._cache.store_committed(tid, committed)
-            if not self._options.keep_history:
+            if self._remember_loads:
                 for oid, state in committed.items():
                     self._recent.remember(oid, tid, state)
             if txn.max_oid >= 0:
