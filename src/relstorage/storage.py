@@ -556,8 +556,10 @@ class RelStorage(ConflictResolvingStorage):
         database dropped since the last commit is reopened once."""
         def begin():
             cursor = self._writer_cursor()
-            self._adapter.connmanager.begin_store(self._store_conn, cursor)
+            # Before the transaction starts: emptying may end one (MySQL's
+            # TRUNCATE).
             self._adapter.mover.clear_temp(cursor)
+            self._adapter.connmanager.begin_store(self._store_conn, cursor)
             return cursor
 
         return retry_if_disconnected(

@@ -209,7 +209,8 @@ class IObjectMover(Interface):
         exist."""
 
     def clear_temp(cursor):
-        """Empty the commit's staging table."""
+        """Empty the commit's staging table (called before the commit's
+        transaction starts)."""
 
     def upload_temp(cursor, rows, replace=()):
         """Add pending rows

@@ -15,7 +15,12 @@ _PACKET_OVERHEAD = 1024
 
 class _MySQLMover(ObjectMover):
     PARAM = '%s'
-    CLEAR_TEMP = 'DELETE FROM temp_store'
+    # Not DELETE: once a large commit has filled the table, InnoDB keeps
+    # its emptied pages, and DELETE (and the vote's join, which scans the
+    # table) walked them at every later commit: 1.8 ms each for a
+    # one-object commit after 1000-object ones, on MariaDB 10.11.
+    # TRUNCATE gives the pages back.
+    CLEAR_TEMP = 'TRUNCATE TABLE temp_store'
     UPLOAD_TEMP = """
         REPLACE INTO temp_store
             (zoid, prev_tid, state, state_size, data_txn, ord)
