@@ -39,8 +39,10 @@ class OIDPool:
             return self._adapter.oids.new_oids(self._cursor)
 
         try:
-            return retry_if_disconnected(
-                cm, 'allocating object ids', reserve, self.close_connection)
+            with cm.translate('allocating object ids'):
+                return retry_if_disconnected(
+                    cm, 'allocating object ids', reserve,
+                    self.close_connection)
         except BaseException:
             self.close_connection()
             raise
@@ -48,7 +50,9 @@ class OIDPool:
     def discard_through(self, oid):
         """Forget reserved ids up to ``oid`` (they were used by restore)."""
         with self._lock:
-            self._free = [o for o in self._free if o > oid]
+            # Descending: the smallest free id is the last.
+            if self._free and self._free[-1] <= oid:
+                self._free = [o for o in self._free if o > oid]
 
     def close_connection(self):
         if self._conn is not None:

@@ -12,6 +12,7 @@ instance waits until the first commit ends.  Correctness between instances
 and processes never depends on these locks; it comes from the database.
 """
 import logging
+import struct
 import threading
 import weakref
 import time
@@ -49,6 +50,9 @@ from relstorage.tids import tid_time
 from relstorage.tpc import PendingTransaction
 
 log = logging.getLogger(__name__)
+
+#: An 8-byte id as an int (the checks of tids.id_to_int done inline).
+_unpack_id = struct.Struct('>Q').unpack
 
 
 def _transaction_info(tid, user, description, extension):
@@ -509,8 +513,7 @@ class RelStorage(ConflictResolvingStorage):
         if self._options.read_only:
             raise POSException.ReadOnlyError()
         self._check_open()
-        with self._adapter.connmanager.translate():
-            return p64(self._oids.take())
+        return p64(self._oids.take())
 
     def _pending(self, transaction):
         """The commit in progress for ``transaction``, or
@@ -567,13 +570,24 @@ class RelStorage(ConflictResolvingStorage):
             self._drop_store_connection)
 
     def store(self, oid, serial, data, version, transaction):
+        # Called once per object of every commit: the checks are inline,
+        # and the messages are only formatted for a bad value.
         with self._lock:
-            txn = self._writable(transaction)
+            txn = self._txn
+            if (txn is None or txn.transaction is not transaction
+                    or self._options.read_only):
+                txn = self._writable(transaction)
             if version:
                 raise POSException.Unsupported('versions are not supported')
-            oid_int = id_to_int(oid, 'oid')
+            if type(oid) is bytes and len(oid) == 8 and oid[0] < 0x80:
+                oid_int = _unpack_id(oid)[0]
+            else:
+                oid_int = id_to_int(oid, 'oid')
             if serial is None:
                 prev = 0
+            elif (type(serial) is bytes and len(serial) == 8
+                    and serial[0] < 0x80):
+                prev = _unpack_id(serial)[0]
             else:
                 prev = id_to_int(serial, f'serial of oid {oid!r}')
             if not isinstance(data, bytes):
