@@ -154,10 +154,17 @@ class SQLite:
         return ['--data-dir', self.path(name), '--synchronous', synchronous]
 
 
+#: ``cache-local-mb`` for both relstorages, or None for each one's default
+#: (set by run.py's --cache-local-mb).
+CACHE_LOCAL_MB = None
+
+
 def relstorage_zconfig(database, impl, name, keep_history):
     """The ZConfig text both implementations accept for one storage."""
     return (f'%import relstorage\n<relstorage>\n'
             f'  keep-history {"true" if keep_history else "false"}\n'
+            + (f'  cache-local-mb {CACHE_LOCAL_MB:g}\n'
+               if CACHE_LOCAL_MB is not None else '') +
             f'{database.adapter(impl, name)}\n</relstorage>\n')
 
 

@@ -480,6 +480,9 @@ def parse_args(argv):
                         choices=('default', 'off', 'normal', 'full'),
                         help="SQLite's synchronous pragma for both sides; "
                         'default leaves each its own default')
+    parser.add_argument('--cache-local-mb', type=float,
+                        help='cache-local-mb for both relstorages (default: '
+                        'each its own default, 10 MB in both)')
     parser.add_argument('--json', default=str(HERE / 'results' /
                                               'latest.json'),
                         help='where to write the results')
@@ -519,6 +522,7 @@ def database_for(backend, args):
 
 def main(argv=None):
     args = parse_args(argv)
+    backends.CACHE_LOCAL_MB = args.cache_local_mb
     probes = {}
     for impl in IMPLS:
         if impl == 'ref':
@@ -544,7 +548,7 @@ def main(argv=None):
         'backends', 'modes', 'others', 'objects', 'quick', 'repeat',
         'extra_repeat', 'hot_repeat', 'latency_commits', 'threads',
         'conflict_commits', 'processes', 'mp_objects',
-        'sqlite_synchronous')}
+        'sqlite_synchronous', 'cache_local_mb')}
     results, floors = {}, {}
     for backend, database in databases.items():
         for mode in args.modes:
@@ -639,7 +643,9 @@ def make_report(args, env, results, floors, others):
         f'median of {args.extra_repeat} fresh processes; '
         f'{args.latency_commits} small commits; {args.processes} processes '
         f'x {args.mp_objects // max(args.processes, 1)} objects; SQLite '
-        f'synchronous: {args.sqlite_synchronous}.',
+        f'synchronous: {args.sqlite_synchronous}; cache-local-mb: '
+        + ('each side\'s default' if args.cache_local_mb is None
+           else f'{args.cache_local_mb:g} on both sides') + '.',
         'ratio = how many times faster ours is than RS 4.3 (> 1.0: ours is '
         'faster); target = the ratio wanted (and for single loads on the '
         'server databases, at most 1.5 times the floor\'s time); x/floor '

@@ -131,7 +131,28 @@ class LocalCache:
     def get(self, oid, snapshot):
         """``(state, tid)`` of ``oid`` as a reader at ``snapshot`` sees it,
         or None when no usable entry is cached.  Counts a hit or a miss."""
-        return self.get_before(oid, snapshot + 1, snapshot)
+        # get_before(oid, snapshot + 1, snapshot), written out: this is
+        # the hot path of every load.
+        with self._lock:
+            entry = self._protected.get(oid)
+            if entry is None:
+                entry = self._probation.get(oid)
+            if (entry is None or entry.tid > snapshot
+                    or (snapshot > entry.known and not (
+                        entry.live and snapshot <= self._horizon))):
+                self.misses += 1
+                return None
+            if entry.hot:
+                self._protected.move_to_end(oid)
+            else:
+                self._promote(oid, entry)
+            self.hits += 1
+            state = entry.state
+            tid = entry.tid
+            zipped = entry.zipped
+        if zipped:
+            state = zlib.decompress(state)
+        return state, tid
 
     def get_before(self, oid, before, snapshot):
         """For ``loadBefore(oid, before)`` by a reader at ``snapshot``:

@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 #: An 8-byte id as an int (the checks of tids.id_to_int done inline).
 _unpack_id = struct.Struct('>Q').unpack
+_pack_id = struct.Struct('>Q').pack
 
 
 def _transaction_info(tid, user, description, extension):
@@ -316,9 +317,15 @@ class RelStorage(ConflictResolvingStorage):
     # -- reading -------------------------------------------------------
 
     def load(self, oid, version=''):
-        oid_int = id_to_int(oid, 'oid')
+        # The path of every object ZODB's own cache misses: kept short.
+        if type(oid) is bytes and len(oid) == 8 and oid[0] < 0x80:
+            oid_int = _unpack_id(oid)[0]
+        else:
+            oid_int = id_to_int(oid, 'oid')
         with self._lock:
-            cursor = self._snapshot_cursor()
+            if self._snapshot_tid is None or self._closed:
+                self._snapshot_cursor()
+            cursor = self._load_cursor
             snapshot = self._snapshot_tid
             row = self._cache.get(oid_int, snapshot)
             if row is None:
@@ -337,7 +344,7 @@ class RelStorage(ConflictResolvingStorage):
             state, tid = row
             if state is None:
                 raise POSException.POSKeyError(oid)
-            return state, p64(tid)
+            return state, _pack_id(tid)
 
     #: At most this many children per object are remembered for read-ahead,
     #: and at most READ_AHEAD_MEMORY children in all per transaction.
