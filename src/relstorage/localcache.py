@@ -178,6 +178,17 @@ class LocalCache:
             state = zlib.decompress(state)
         return state, tid
 
+    def has(self, oid, snapshot):
+        """True if :meth:`get` would find ``oid`` for ``snapshot``; neither
+        counts nor reorders."""
+        with self._lock:
+            entry = self._protected.get(oid)
+            if entry is None:
+                entry = self._probation.get(oid)
+            return not (entry is None or entry.tid > snapshot or (
+                snapshot > entry.known and not (
+                    entry.live and snapshot <= self._horizon)))
+
     def get_revision(self, oid, tid):
         """The state of revision ``(oid, tid)`` if that exact revision is
         cached (revisions never change), else None.  A cached deletion also
@@ -475,6 +486,9 @@ class NullCache:
 
     def get(self, oid, snapshot):
         return None
+
+    def has(self, oid, snapshot):
+        return False
 
     def get_before(self, oid, before, snapshot):
         return None

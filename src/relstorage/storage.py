@@ -328,7 +328,11 @@ class RelStorage(ConflictResolvingStorage):
             cursor = self._load_cursor
             snapshot = self._snapshot_tid
             row = self._cache.get(oid_int, snapshot)
-            if row is None:
+            if row is not None:
+                if self._prefetched:
+                    # Read ahead or prefetched, and cached: not needed twice.
+                    self._prefetched.pop(oid_int, None)
+            else:
                 row = self._prefetched.pop(oid_int, None)
                 if row is None and self._families:
                     row = self._read_ahead(cursor, oid_int, snapshot)
@@ -383,7 +387,7 @@ class RelStorage(ConflictResolvingStorage):
             self._families.pop(ref, None)
         cache = self._cache
         wanted = [ref for ref in refs if ref not in self._prefetched
-                  and cache.get(ref, snapshot) is None]
+                  and not cache.has(ref, snapshot)]
         if oid_int not in wanted:
             wanted.append(oid_int)
         rows = self._adapter.mover.load_currents(cursor, wanted)
@@ -402,7 +406,7 @@ class RelStorage(ConflictResolvingStorage):
             snapshot = self._snapshot_tid
             cache = self._cache
             wanted = [o for o in wanted if o not in self._prefetched
-                      and cache.get(o, snapshot) is None]
+                      and not cache.has(o, snapshot)]
             if wanted:
                 rows = self._adapter.mover.load_currents(cursor, wanted)
                 self._prefetched.update(rows)
