@@ -1,5 +1,6 @@
 """The process-wide pool of object ids reserved from the database."""
 import threading
+import time
 
 from relstorage.reconnect import retry_if_disconnected
 
@@ -20,10 +21,27 @@ class OIDPool:
         self.highest = -1
         self._conn = None
         self._cursor = None
+        # Blocks per reservation: doubled (up to MAX_BLOCKS) while
+        # reservations follow each other closely, as when a process adds
+        # many objects; back to 1 after a pause.
+        self._blocks = 1
+        self._last_reserve = 0.0
+
+    #: At most this many blocks are reserved in one round trip; a process
+    #: that ends leaves at most this many blocks of ids unused.
+    MAX_BLOCKS = 16
+    #: Reservations closer than this (seconds) count as "in a hurry".
+    HURRY = 1.0
 
     def take(self):
         with self._lock:
             if not self._free:
+                now = time.monotonic()
+                if now - self._last_reserve < self.HURRY:
+                    self._blocks = min(self._blocks * 2, self.MAX_BLOCKS)
+                else:
+                    self._blocks = 1
+                self._last_reserve = now
                 self._free = sorted(self._reserve(), reverse=True)
                 self.highest = max(self.highest, self._free[0])
             return self._free.pop()
@@ -36,7 +54,7 @@ class OIDPool:
         def reserve():
             if self._conn is None:
                 self._conn, self._cursor = cm.open_store()
-            return self._adapter.oids.new_oids(self._cursor)
+            return self._adapter.oids.new_oids(self._cursor, self._blocks)
 
         try:
             with cm.translate('allocating object ids'):

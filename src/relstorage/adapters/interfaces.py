@@ -250,10 +250,11 @@ class IOIDAllocator(Interface):
     """Hands out object ids in blocks, so that new_oid is rarely a round
     trip."""
 
-    def new_oids(cursor):
-        """Reserve and return a block of unused oids (ints, ascending).
-        Runs in its own short transaction that is committed even if the
-        caller's commit later fails."""
+    def new_oids(cursor, blocks=1):
+        """Reserve and return unused oids (ints, ascending): ``blocks``
+        blocks of BLOCK where the database can reserve several in one round
+        trip, else one.  Runs in its own short transaction that is
+        committed even if the caller's commit later fails."""
 
     def ensure_above(cursor, oid):
         """Inside a commit: make sure the allocator never hands out ``oid``

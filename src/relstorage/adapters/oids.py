@@ -13,7 +13,7 @@ class OIDAllocator:
     #: below ``oid``.
     ENSURE_ABOVE = None
 
-    def new_oids(self, cursor):
+    def new_oids(self, cursor, blocks=1):
         raise NotImplementedError
 
     def ensure_above(self, cursor, oid):

@@ -9,7 +9,9 @@ class MySQLOIDAllocator(OIDAllocator):
     # block of ``oid`` moves AUTO_INCREMENT past it (params: block, ignored).
     ENSURE_ABOVE = 'INSERT IGNORE INTO new_oid (block) VALUES (%s)'
 
-    def new_oids(self, cursor):
+    def new_oids(self, cursor, blocks=1):
+        # One block per call: the ids of a multi-row INSERT are consecutive
+        # only in some innodb_autoinc_lock_mode settings.
         cursor.execute('INSERT INTO new_oid () VALUES ()')
         block = cursor.lastrowid
         if block % 100 == 0:

@@ -17,6 +17,13 @@ _NULL = struct.pack('!i', -1)
 _INT8 = struct.pack('!i', 8)
 
 
+# A staged row (int, int, bytes, int, int, int), the usual shape, packed
+# around its state with two calls: encoding 1000 rows took 2.6 ms field by
+# field, a third of the COPY's time.
+_STAGED_HEAD = struct.Struct('!hiqiqi').pack
+_STAGED_TAIL = struct.Struct('!iqiqiq').pack
+
+
 def binary_copy_data(rows):
     """Encode rows of ints (BIGINT), bytes (BYTEA) and None as PostgreSQL's
     binary COPY format."""
@@ -25,6 +32,13 @@ def binary_copy_data(rows):
     pack_q = struct.Struct('!q').pack
     pack_i = struct.Struct('!i').pack
     for row in rows:
+        if (len(row) == 6 and type(row[1]) is int
+                and type(row[2]) is bytes):
+            oid, prev, state, size, data_txn, ord_ = row
+            append(_STAGED_HEAD(6, 8, oid, 8, prev, len(state)))
+            append(state)
+            append(_STAGED_TAIL(8, size, 8, data_txn, 8, ord_))
+            continue
         append(struct.pack('!h', len(row)))
         for value in row:
             if value is None:

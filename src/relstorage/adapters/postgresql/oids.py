@@ -11,7 +11,13 @@ class PostgreSQLOIDAllocator(OIDAllocator):
         SELECT setval('zoid_seq', %s)
         WHERE (SELECT last_value FROM zoid_seq) <= %s"""
 
-    def new_oids(self, cursor):
-        cursor.execute("SELECT nextval('zoid_seq')")
-        first = cursor.fetchone()[0]
-        return list(range(first, first + self.BLOCK))
+    def new_oids(self, cursor, blocks=1):
+        # Several values of the sequence in one statement; each starts a
+        # block (concurrent allocators may interleave theirs).
+        cursor.execute(
+            "SELECT nextval('zoid_seq') FROM generate_series(1, %s)",
+            (blocks,))
+        oids = []
+        for (first,) in sorted(cursor.fetchall()):
+            oids.extend(range(first, first + self.BLOCK))
+        return oids

@@ -10,7 +10,7 @@ class SQLiteOIDAllocator(OIDAllocator):
     def __init__(self, connmanager):
         self.connmanager = connmanager
 
-    def new_oids(self, cursor):
+    def new_oids(self, cursor, blocks=1):
         cm = self.connmanager
         # This small commit need not wait for fsync: an oid only matters
         # once a commit that stores it is durable, and that commit syncs
@@ -22,9 +22,9 @@ class SQLiteOIDAllocator(OIDAllocator):
             cursor.execute('SELECT next_oid FROM oid_counter')
             first = cursor.fetchone()[0]
             cursor.execute('UPDATE oid_counter SET next_oid = ?',
-                           (first + self.BLOCK,))
+                           (first + self.BLOCK * blocks,))
             cursor.execute('COMMIT')
         except BaseException:
             cm.rollback(cursor.connection, cursor)
             raise
-        return list(range(first, first + self.BLOCK))
+        return list(range(first, first + self.BLOCK * blocks))
