@@ -290,3 +290,19 @@ def test_small_large_and_deleted_states_in_one_commit(open_storage):
     with pytest.raises(POSKeyError):
         storage.load(oids[2])
     assert storage.load(oids[3])[0] == states[3]
+
+
+def test_oid_blocks_reserved_in_one_call_are_unique(open_storage):
+    storage = open_storage()
+    adapter = storage._adapter
+    cm = adapter.connmanager
+    conn, cursor = cm.open_store()
+    try:
+        first = adapter.oids.new_oids(cursor, 3)
+        second = adapter.oids.new_oids(cursor, 1)
+    finally:
+        cm.close(conn, cursor)
+    block = adapter.oids.BLOCK
+    assert len(set(first)) == len(first) == 3 * block
+    assert first == sorted(first)
+    assert len(second) == block and min(second) > max(first)
