@@ -128,16 +128,17 @@ class LocalCache:
 
     # Reading
 
-    def get(self, oid, snapshot):
+    def get(self, oid, snapshot, before=None):
         """``(state, tid)`` of ``oid`` as a reader at ``snapshot`` sees it,
-        or None when no usable entry is cached.  Counts a hit or a miss."""
-        # get_before(oid, snapshot + 1, snapshot), written out: this is
-        # the hot path of every load.
+        or None when no usable entry is cached.  With ``before`` (see
+        :meth:`get_before`) the revision must also be older than that.
+        Counts a hit or a miss."""
+        newest = snapshot if before is None else before - 1
         with self._lock:
             entry = self._protected.get(oid)
             if entry is None:
                 entry = self._probation.get(oid)
-            if (entry is None or entry.tid > snapshot
+            if (entry is None or entry.tid > newest or newest > snapshot
                     or (snapshot > entry.known and not (
                         entry.live and snapshot <= self._horizon))):
                 self.misses += 1
@@ -159,24 +160,7 @@ class LocalCache:
         ``(state, tid)`` when the cached revision is usable at ``snapshot``
         and was current at ``before - 1`` (``tid < before <= snapshot + 1``),
         else None.  Counts a hit or a miss like :meth:`get`."""
-        with self._lock:
-            entry = self._protected.get(oid) or self._probation.get(oid)
-            if (entry is None or entry.tid >= before or before > snapshot + 1
-                    or (snapshot > entry.known and not (
-                        entry.live and snapshot <= self._horizon))):
-                self.misses += 1
-                return None
-            if entry.hot:
-                self._protected.move_to_end(oid)
-            else:
-                self._promote(oid, entry)
-            self.hits += 1
-            state = entry.state
-            tid = entry.tid
-            zipped = entry.zipped
-        if zipped:
-            state = zlib.decompress(state)
-        return state, tid
+        return self.get(oid, snapshot, before)
 
     def has(self, oid, snapshot):
         """True if :meth:`get` would find ``oid`` for ``snapshot``; neither
