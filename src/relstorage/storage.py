@@ -30,9 +30,7 @@ from ZODB.interfaces import IStorageCurrentRecordIteration
 from ZODB.interfaces import IStorageIteration
 from ZODB.interfaces import IStorageRestoreable
 from ZODB.interfaces import IStorageUndoable
-from ZODB.serialize import referencesf
 from ZODB.utils import p64
-from ZODB.utils import u64
 from ZODB.utils import z64
 
 from relstorage import undo as _undo
@@ -43,6 +41,7 @@ from relstorage.localcache import make_cache
 from relstorage.errors import CommitLockTimeoutError
 from relstorage.iteration import TransactionIterator
 from relstorage.oidpool import OIDPool
+from relstorage.readahead import Families
 from relstorage.options import Options
 from relstorage.reconnect import retry_if_disconnected
 from relstorage.tids import id_to_int
@@ -141,7 +140,7 @@ class RelStorage(ConflictResolvingStorage):
         self._snapshot_tid = None      # int, or None when no snapshot open
         self._polled_tid = None        # last tid reported to poll callers
         self._prefetched = {}
-        self._families = {}            # child oid -> [siblings, misses]
+        self._families = Families()    # for read-ahead
         # Committing.
         self._store_conn = self._store_cursor = None
         self._txn = None
@@ -347,47 +346,19 @@ class RelStorage(ConflictResolvingStorage):
                 if self._remember_loads:
                     self._recent.remember(oid_int, row[1], row[0])
                 if self._read_ahead_on:
-                    self._note_references(row[0])
+                    self._families.note(row[0])
             state, tid = row
             if state is None:
                 raise POSException.POSKeyError(oid)
             return state, _pack_id(tid)
 
-    #: At most this many children per object are remembered for read-ahead,
-    #: and at most READ_AHEAD_MEMORY children in all per transaction.
-    READ_AHEAD_FAMILY = 256
-    READ_AHEAD_MEMORY = 100000
-
-    def _note_references(self, state):
-        """Remember the objects ``state`` refers to as one family: the
-        second of them loaded from the database brings the rest along."""
-        # Every persistent reference is pickled with the BINPERSID opcode
-        # (b'Q'); most leaf objects have no such byte and skip the parse.
-        if not state or b'Q' not in state:
-            return
-        refs = [u64(ref) for ref in referencesf(state)]
-        if len(refs) < 2 or len(refs) > self.READ_AHEAD_FAMILY:
-            return
-        families = self._families
-        if len(families) + len(refs) > self.READ_AHEAD_MEMORY:
-            families.clear()
-        family = [refs, 0]
-        for ref in refs:
-            families[ref] = family
-
     def _read_ahead(self, cursor, oid_int, snapshot):
         """The row of ``oid_int`` if it is the second (or later) object of
         its family to miss the caches, loaded with the rest of its family
         in one round trip; None otherwise."""
-        family = self._families.get(oid_int)
-        if family is None:
+        refs = self._families.siblings(oid_int)
+        if refs is None:
             return None
-        family[1] += 1
-        if family[1] < 2:
-            return None
-        refs, _ = family
-        for ref in refs:
-            self._families.pop(ref, None)
         cache = self._cache
         wanted = [ref for ref in refs if ref not in self._prefetched
                   and not cache.has(ref, snapshot)]
