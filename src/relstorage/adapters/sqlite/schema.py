@@ -1,6 +1,7 @@
 """Creating and checking the SQLite schema (the schema role)."""
 import contextlib
 import os
+import time
 
 from relstorage.adapters.schema import Schema
 
@@ -19,8 +20,21 @@ class SQLiteSchema(Schema):
     @contextlib.contextmanager
     def _creating(self, conn, cursor):
         cm = self.connmanager
-        # Persistent: readers and one writer work at once.
-        cursor.execute('PRAGMA journal_mode = WAL')
+        # Persistent: readers and one writer work at once.  Switching a new
+        # file to WAL needs an exclusive lock for which SQLite does not
+        # always call the busy handler: with several processes opening the
+        # new database at once it can fail at once with "database is
+        # locked" (seen about once in 150 six-thread races on a loaded
+        # machine), so it is retried until the lock timeout.
+        deadline = time.monotonic() + cm.lock_timeout
+        while True:
+            try:
+                cursor.execute('PRAGMA journal_mode = WAL')
+                break
+            except cm.driver.OperationalError as e:
+                if 'locked' not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
         # The write lock serialises processes creating the schema at the
         # same time: the second finds it made.
         cm.begin_write(cursor, 'creating the schema')
