@@ -10,18 +10,14 @@ it works on Galera clusters.  Every wait is bounded by
 innodb_lock_wait_timeout (commit-lock-timeout); InnoDB deadlocks become
 ConflictError.
 """
-from ZODB.POSException import ReadConflictError
-
-from relstorage.adapters.interfaces import ILocker
-from zope.interface import implementer
+from relstorage.adapters.locks import RowLocker
 
 from .connection import ER_LOCK_NOWAIT
 from .connection import ER_LOCK_WAIT_TIMEOUT
 from .drivers import error_number
 
 
-@implementer(ILocker)
-class MySQLLocker:
+class MySQLLocker(RowLocker):
 
     LOCK_OBJECTS = None
     READ_CURRENT = None               # format with {in_list} and {share}
@@ -31,34 +27,21 @@ class MySQLLocker:
         FROM commit_row WHERE id = 0
         FOR UPDATE"""
 
-    def __init__(self, connmanager):
-        self.connmanager = connmanager
-
-    def lock_for_vote(self, cursor, oids, read_current_oids):
+    def _lock_objects(self, cursor, oids):
+        # The staged rows are the oids: the statement joins temp_store.
         cursor.execute(self.LOCK_OBJECTS)
-        locked = dict(cursor.fetchall())
-        if not read_current_oids:
-            return locked, {}
-        oids = list(read_current_oids)
+        return dict(cursor.fetchall())
+
+    def _lock_read_current(self, cursor, oids):
+        oids = list(oids)
         share = ('LOCK IN SHARE MODE NOWAIT' if self.connmanager.is_mariadb
                  else 'FOR SHARE NOWAIT')
-        stmt = self.READ_CURRENT.format(
-            in_list=', '.join(['%s'] * len(oids)), share=share)
-        try:
-            cursor.execute(stmt, oids)
-            current = dict(cursor.fetchall())
-        except self.connmanager.driver.Error as e:
-            if error_number(e) not in (ER_LOCK_NOWAIT, ER_LOCK_WAIT_TIMEOUT):
-                raise
-            raise ReadConflictError(
-                'an object this transaction read with readCurrent is being '
-                'changed by a concurrent commit') from e
-        return locked, current
+        cursor.execute(self.READ_CURRENT.format(
+            in_list=', '.join(['%s'] * len(oids)), share=share), oids)
+        return dict(cursor.fetchall())
 
-    def hold_commit_lock(self, cursor):
-        cursor.execute(self.COMMIT_LOCK)
-        last_tid, now = cursor.fetchone()
-        return last_tid, float(now)
+    def _lock_refused(self, error):
+        return error_number(error) in (ER_LOCK_NOWAIT, ER_LOCK_WAIT_TIMEOUT)
 
 
 class HistoryPreservingLocker(MySQLLocker):

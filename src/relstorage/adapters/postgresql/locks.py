@@ -11,16 +11,12 @@ At finish, the commit lock is the row lock on ``commit_row``; it is held
 only while the tid is chosen and the staged rows are moved into place.
 Every wait is bounded by ``lock_timeout`` (commit-lock-timeout).
 """
-from ZODB.POSException import ReadConflictError
-
-from relstorage.adapters.interfaces import ILocker
-from zope.interface import implementer
+from relstorage.adapters.locks import RowLocker
 
 from .connection import LOCK_NOT_AVAILABLE
 
 
-@implementer(ILocker)
-class PostgreSQLLocker:
+class PostgreSQLLocker(RowLocker):
 
     LOCK_OBJECTS = None
     LOCK_READ_CURRENT = None
@@ -30,31 +26,16 @@ class PostgreSQLLocker:
         FROM commit_row WHERE id = 0
         FOR UPDATE"""
 
-    def __init__(self, connmanager):
-        self.connmanager = connmanager
+    def _lock_objects(self, cursor, oids):
+        cursor.execute(self.LOCK_OBJECTS, (list(oids),))
+        return dict(cursor.fetchall())
 
-    def lock_for_vote(self, cursor, oids, read_current_oids):
-        locked = current = {}
-        if oids:
-            cursor.execute(self.LOCK_OBJECTS, (list(oids),))
-            locked = dict(cursor.fetchall())
-        if not read_current_oids:
-            return locked, current
-        try:
-            cursor.execute(self.LOCK_READ_CURRENT, (list(read_current_oids),))
-            current = dict(cursor.fetchall())
-        except self.connmanager.driver.Error as e:
-            if self.connmanager.driver.sqlstate(e) != LOCK_NOT_AVAILABLE:
-                raise
-            raise ReadConflictError(
-                'an object this transaction read with readCurrent is being '
-                'changed by a concurrent commit') from e
-        return locked, current
+    def _lock_read_current(self, cursor, oids):
+        cursor.execute(self.LOCK_READ_CURRENT, (list(oids),))
+        return dict(cursor.fetchall())
 
-    def hold_commit_lock(self, cursor):
-        cursor.execute(self.COMMIT_LOCK)
-        last_tid, now = cursor.fetchone()
-        return last_tid, float(now)
+    def _lock_refused(self, error):
+        return self.connmanager.driver.sqlstate(error) == LOCK_NOT_AVAILABLE
 
 
 class HistoryPreservingLocker(PostgreSQLLocker):
