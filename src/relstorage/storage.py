@@ -12,7 +12,6 @@ instance waits until the first commit ends.  Correctness between instances
 and processes never depends on these locks; it comes from the database.
 """
 import logging
-import struct
 import threading
 import weakref
 import time
@@ -49,10 +48,6 @@ from relstorage.tids import tid_time
 from relstorage.tpc import PendingTransaction
 
 log = logging.getLogger(__name__)
-
-#: An 8-byte id as an int (the checks of tids.id_to_int done inline).
-_unpack_id = struct.Struct('>Q').unpack
-_pack_id = struct.Struct('>Q').pack
 
 
 def _transaction_info(tid, user, description, extension):
@@ -115,12 +110,12 @@ class RelStorage(ConflictResolvingStorage):
         # shared cache on, that state is in the cache until a newer
         # revision replaces it, and then goes to the memory of recent
         # states; without the cache every load goes there.
-        self._remember_loads = not options.keep_history and not isinstance(
-            self._cache, LocalCache)
+        shared = isinstance(self._cache, LocalCache)
+        self._remember_loads = not options.keep_history and not shared
+        if not options.keep_history and shared:
+            self._cache.replaced = self._recent.remember
         self._read_ahead_on = (options.read_ahead
                                and adapter.capabilities.network_round_trips)
-        if not options.keep_history and isinstance(self._cache, LocalCache):
-            self._cache.replaced = self._recent.remember
         self._is_root = True
         # Closing the root closes every instance's database sessions, even
         # those of ZODB Connections the application never closed.
@@ -320,10 +315,7 @@ class RelStorage(ConflictResolvingStorage):
 
     def load(self, oid, version=''):
         # The path of every object ZODB's own cache misses: kept short.
-        if type(oid) is bytes and len(oid) == 8 and oid[0] < 0x80:
-            oid_int = _unpack_id(oid)[0]
-        else:
-            oid_int = id_to_int(oid, 'oid')
+        oid_int = id_to_int(oid, 'oid')
         with self._lock:
             if self._snapshot_tid is None or self._closed:
                 self._snapshot_cursor()
@@ -350,7 +342,7 @@ class RelStorage(ConflictResolvingStorage):
             state, tid = row
             if state is None:
                 raise POSException.POSKeyError(oid)
-            return state, _pack_id(tid)
+            return state, p64(tid)
 
     def _read_ahead(self, cursor, oid_int, snapshot):
         """The row of ``oid_int`` if it is the second (or later) object of
@@ -555,26 +547,15 @@ class RelStorage(ConflictResolvingStorage):
             self._drop_store_connection)
 
     def store(self, oid, serial, data, version, transaction):
-        # Called once per object of every commit: the checks are inline,
-        # and the messages are only formatted for a bad value.
         with self._lock:
-            txn = self._txn
-            if (txn is None or txn.transaction is not transaction
-                    or self._options.read_only):
-                txn = self._writable(transaction)
+            txn = self._writable(transaction)
             if version:
                 raise POSException.Unsupported('versions are not supported')
-            if type(oid) is bytes and len(oid) == 8 and oid[0] < 0x80:
-                oid_int = _unpack_id(oid)[0]
-            else:
-                oid_int = id_to_int(oid, 'oid')
+            oid_int = id_to_int(oid, 'oid')
             if serial is None:
                 prev = 0
-            elif (type(serial) is bytes and len(serial) == 8
-                    and serial[0] < 0x80):
-                prev = _unpack_id(serial)[0]
             else:
-                prev = id_to_int(serial, f'serial of oid {oid!r}')
+                prev = id_to_int(serial, 'serial', oid)
             if not isinstance(data, bytes):
                 raise POSException.StorageError(
                     f'store(): the data of oid {oid!r} is a '
@@ -589,7 +570,7 @@ class RelStorage(ConflictResolvingStorage):
                 raise POSException.Unsupported('versions are not supported')
             oid_int = id_to_int(oid, 'oid')
             data_txn = 0 if not prev_txn else id_to_int(
-                prev_txn, f'prev_txn of oid {oid!r}')
+                prev_txn, 'prev_txn', oid)
             if data is None and data_txn:
                 data = self._adapter.mover.load_revision(
                     self._store_cursor, oid_int, data_txn)
@@ -609,13 +590,13 @@ class RelStorage(ConflictResolvingStorage):
         with self._lock:
             txn = self._writable(transaction)
             txn.add(id_to_int(oid, 'oid'),
-                    id_to_int(oldserial, f'serial of oid {oid!r}'), None)
+                    id_to_int(oldserial, 'serial', oid), None)
 
     def checkCurrentSerialInTransaction(self, oid, serial, transaction):
         with self._lock:
             txn = self._pending(transaction)
             txn.read_current[id_to_int(oid, 'oid')] = id_to_int(
-                serial, f'serial of oid {oid!r}')
+                serial, 'serial', oid)
 
     def tpc_vote(self, transaction):
         with self._lock:

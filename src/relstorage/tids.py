@@ -1,4 +1,5 @@
 """Transaction ids: 8-byte ZODB TimeStamps, handled as ints in SQL."""
+import struct
 import time
 
 from persistent.timestamp import TimeStamp
@@ -28,9 +29,18 @@ def tid_time(tid):
     return TimeStamp(tid).timeTime()
 
 
-def id_to_int(value, what):
+_unpack_id = struct.Struct('>Q').unpack
+
+
+def id_to_int(value, what, oid=None):
     """Convert an 8-byte oid or tid to an int, raising ValueError that
-    names ``what`` for anything else or for ids a database cannot hold."""
+    names ``what`` (``what`` of ``oid``, when given) for anything else or
+    for ids a database cannot hold.  Called for every load and store: the
+    common case is checked first and no message is formatted for it."""
+    if type(value) is bytes and len(value) == 8 and value[0] < 0x80:
+        return _unpack_id(value)[0]
+    if oid is not None:
+        what = f'{what} of oid {oid!r}'
     if not isinstance(value, bytes) or len(value) != 8:
         raise ValueError(f'{what} must be 8 bytes, not {value!r}')
     number = u64(value)

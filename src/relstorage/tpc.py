@@ -133,7 +133,8 @@ class PendingTransaction:
         resolution changed.  ``storage`` resolves conflicts."""
         adapter, cursor = self.adapter, self.cursor
         mover = adapter.mover
-        rows = dict(self._rows) if not self._spilled else None
+        # upload() starts a new buffer; ``rows`` keeps the staged ones.
+        rows = self._rows if not self._spilled else None
         memory = self.states() if rows is not None else None
         self.upload()
         locked, current = adapter.locker.lock_for_vote(
@@ -200,12 +201,11 @@ class PendingTransaction:
         simple = (self.requested_tid is None and not self.superseded and (
             self.max_oid < 0 or allocated_through is None
             or self.max_oid <= allocated_through))
-        finish_and_commit = getattr(
-            adapter.txncontrol, 'finish_and_commit', None)
-        if simple and finish_and_commit is not None:
+        if simple and adapter.txncontrol.finish_and_commit is not None:
             # The database does the whole step in one call.
-            return finish_and_commit(cursor, self.user, self.description,
-                                     self.extension, self.status)
+            return adapter.txncontrol.finish_and_commit(
+                cursor, self.user, self.description, self.extension,
+                self.status)
         last, now = adapter.locker.hold_commit_lock(cursor)
         if self.requested_tid is not None:
             self._check_requested_tid(last)

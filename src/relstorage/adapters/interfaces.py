@@ -288,6 +288,14 @@ class ITransactionControl(Interface):
         marker, and in history-preserving mode the transaction's metadata).
         """
 
+    finish_and_commit = Attribute(
+        "None, or a callable ``(cursor, user, description, extension, "
+        "status) -> tid`` that runs the whole last step of an ordinary "
+        "commit in the database (commit lock, tid from the database's "
+        "clock, record, move the staged rows) and commits, in as few round "
+        "trips as the database allows.  The core uses it when no tid was "
+        "requested and nothing needs the step-by-step path (restores).")
+
 
 class IHistory(Interface):
     """Queries over past transactions: undo, history and iteration.

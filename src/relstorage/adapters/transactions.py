@@ -12,6 +12,10 @@ class TransactionControl:
     #: (tid, packed, user, description, extension); None in history-free
     #: mode, which keeps no transaction metadata.
     INSERT_TRANSACTION = None
+    #: The whole last step of a commit in one call, where the database
+    #: allows it (see ITransactionControl); None: the core runs the steps.
+    finish_and_commit = None
+
     def record_transaction(self, cursor, tid, user, description, extension,
                            status):
         cursor.execute(self.UPDATE_LAST_TID, (tid,))
