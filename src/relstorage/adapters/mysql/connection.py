@@ -99,15 +99,16 @@ class MySQLConnectionManager(ConnectionManager):
         return True
 
     def begin_store(self, conn, cursor):
-        _batch(cursor, 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED; '
-                       'START TRANSACTION')
+        run_batch(cursor, 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED; '
+                          'START TRANSACTION')
 
     def begin_write(self, cursor, what):
         self.begin_store(None, cursor)
 
     def begin_snapshot(self, conn, cursor):
-        _batch(cursor, 'SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; '
-                       'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY')
+        run_batch(cursor,
+                  'SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; '
+                  'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY')
 
     def begin_analysis(self, conn, cursor):
         # Under REPEATABLE READ InnoDB reads the source of an
@@ -115,8 +116,8 @@ class MySQLConnectionManager(ConnectionManager):
         # logs), which committers' inserts then wait for: a deadlock with a
         # pack, seen on MariaDB 10.11 in ZODB's PackLotsWhileWriting.
         # Under READ COMMITTED it reads without locks.
-        _batch(cursor, 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED; '
-                       'START TRANSACTION')
+        run_batch(cursor, 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED; '
+                          'START TRANSACTION')
 
     @contextlib.contextmanager
     def translate(self, what='committing'):
@@ -150,10 +151,16 @@ class MySQLConnectionManager(ConnectionManager):
             raise
 
 
-def _batch(cursor, statements):
+def run_batch(cursor, statements, params=None):
     """Run several statements in one round trip (the connections allow
     multi-statement queries) and read every result, as the protocol
-    requires before the next query."""
-    cursor.execute(statements)
-    while cursor.nextset():
-        pass
+    requires before the next query.  Returns the rows of each statement
+    that has rows, in order; an error in any statement is raised when its
+    result is reached."""
+    cursor.execute(statements, params)
+    results = []
+    while True:
+        if cursor.description is not None:
+            results.append(cursor.fetchall())
+        if not cursor.nextset():
+            return results

@@ -2,6 +2,8 @@
 AUTO_INCREMENT table, one row per block of 100 ids."""
 from relstorage.adapters.oids import OIDAllocator
 
+from .connection import run_batch
+
 
 class MySQLOIDAllocator(OIDAllocator):
 
@@ -14,15 +16,9 @@ class MySQLOIDAllocator(OIDAllocator):
         # are consecutive only in some innodb_autoinc_lock_mode settings),
         # all in one multi-statement round trip, each followed by the id
         # it got.
-        cursor.execute('; '.join(
+        numbers = [rows[0][0] for rows in run_batch(cursor, '; '.join(
             ['INSERT INTO new_oid () VALUES (); SELECT LAST_INSERT_ID()']
-            * blocks))
-        numbers = []
-        while True:
-            if cursor.description is not None:
-                numbers.extend(row[0] for row in cursor.fetchall())
-            if not cursor.nextset():
-                break
+            * blocks))]
         highest = max(numbers)
         if highest // 100 != (highest - len(numbers)) // 100:
             # Keep the table small; AUTO_INCREMENT keeps counting.

@@ -10,6 +10,8 @@ runs (``MOVE_FROM_TEMP``, ``INSERT_TRANSACTION``).
 """
 from relstorage.adapters.transactions import TransactionControl
 
+from .connection import run_batch
+
 # A ZODB tid from the session's clock (sessions run in UTC): 32 bits of
 # minutes since 1900 (months counted as 31 days), 32 bits of the fraction
 # of the minute, as persistent's TimeStamp encodes them.
@@ -52,15 +54,7 @@ class _MySQLTransactionControl(TransactionControl):
         params = ()
         if self.INSERT_TRANSACTION is not None:
             params = (status == 'p', user, description, extension)
-        cursor.execute(self._finish, params)
-        # Every statement of the batch has a result; an error in one is
-        # raised when its result is reached.
-        last = None
-        while True:
-            if cursor.description is not None:
-                last = cursor.fetchall()
-            if not cursor.nextset():
-                break
+        last = run_batch(cursor, self._finish, params)[-1]
         return int(last[0][0])
 
 
