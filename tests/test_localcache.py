@@ -23,19 +23,28 @@ def cache_at(horizon, limit=BIG, **kw):
     return cache
 
 
+def entries(cache):
+    """``{oid: (tid, known, live, zipped, stored payload or None)}``."""
+    found = {}
+    for segment in (cache._probation, cache._protected):
+        for oid, blob in segment.items():
+            tid, known, flags = struct.unpack_from('<QQB', blob)
+            found[oid] = (tid, known, bool(flags & 1), bool(flags & 2),
+                          None if flags & 4 else blob[17:])
+    return found
+
+
 def check_accounting(cache):
     """The accounted size is the sum of the entries' costs, within limit."""
-    entries = list(cache._probation.values()) + list(cache._protected.values())
-    assert cache._size == sum(e.cost for e in entries)
+    def cost(payload):
+        return ENTRY_OVERHEAD + (0 if payload is None else len(payload))
+    found = entries(cache)
+    assert cache._size == sum(cost(e[4]) for e in found.values())
     assert cache._protected_size == sum(
-        e.cost for e in cache._protected.values())
-    assert all(e.hot for e in cache._protected.values())
-    assert not any(e.hot for e in cache._probation.values())
+        cost(found[oid][4]) for oid in cache._protected)
+    assert not set(cache._protected) & set(cache._probation)
     assert cache._size <= cache.limit_bytes
     assert cache._protected_size <= cache._protected_limit
-    for e in entries:
-        stored = 0 if e.state is None else len(e.state)
-        assert e.cost == stored + ENTRY_OVERHEAD
 
 
 # MVCC validity
@@ -364,8 +373,7 @@ def test_zlib_compression():
     assert size < len(state) // 5 + len(noise) + 5
     check_accounting(cache)
     cache.store_loaded(1, 5, state, 20)       # same revision, no new work
-    entry = cache._protected.get(1) or cache._probation.get(1)
-    assert entry.known == 20
+    assert entries(cache)[1][1] == 20          # known
 
 
 def test_bad_compression_and_sizes():
@@ -601,3 +609,26 @@ def test_read_file_rejects_bad_files(tmp_path, caplog, damage):
         assert read_file(path, identity) is None
     assert any('Ignoring persistent cache file' in r.getMessage()
                for r in caplog.records)
+
+
+def test_memory_used_stays_within_the_limit():
+    # What the process really holds for the cache (tracemalloc), with
+    # eviction running and both segments in use, is at most the limit:
+    # ENTRY_OVERHEAD does not under-count.
+    import tracemalloc
+    limit = 4 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        cache = cache_at(10, limit=limit)
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(60000):
+            cache.store_loaded(10 ** 6 + i, 5, os.urandom(100 + i % 300), 10)
+            if i % 3 == 0:
+                cache.get(10 ** 6 + i // 2, 10)
+        used = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    check_accounting(cache)
+    assert len(cache) > 8000
+    assert cache.stats()['size_bytes'] > limit * 0.95
+    assert used <= limit, (used, limit)

@@ -17,8 +17,12 @@ only through ``known``.  A reader at snapshot S may use an entry iff
 revision (``tid <= S``) and a newer snapshot never sees a stale one (a
 reported change freezes the entry before G moves past it).
 
-Memory.  Each entry costs the length of its stored payload plus
-:data:`ENTRY_OVERHEAD`; the sum never exceeds ``limit_bytes`` after a call.
+Memory.  An entry is one bytes object, a 17-byte header (tid, known,
+flags) followed by the stored state, kept in an ordered dict by oid: no
+object per entry beyond the bytes and the oid, so the default 10 MB holds
+as many small states as a C cache would.  Each entry costs the length of
+its stored payload plus :data:`ENTRY_OVERHEAD`; the sum never exceeds
+``limit_bytes`` after a call.
 Eviction is a segmented LRU: new entries enter a probation segment, an
 entry hit there moves to a protected segment (at most
 :data:`PROTECTED_SHARE` of the limit, its overflow demoted back to
@@ -35,11 +39,13 @@ from collections import OrderedDict
 
 log = logging.getLogger(__name__)
 
-#: Bytes charged per entry on top of its payload: the entry object, its
-#: OrderedDict slot and link node, the oid and tid ints and the bytes header.
-#: tracemalloc on CPython 3.11 showed 275-300 bytes for 30k-150k entries
-#: without the tid int (32) and the bytes header (33).
-ENTRY_OVERHEAD = 350
+#: Bytes charged per entry on top of its stored state: the header (17),
+#: the bytes object's own (33), the oid int (32) and the OrderedDict's
+#: slot, link node and share of its hash table, which doubles as it grows.
+#: tracemalloc on CPython 3.11, 250-byte states: 178 bytes per entry at
+#: 10k-20k entries, 193 at 70k, 224 at 100k-200k (the old entry object
+#: with its ints took 281-327).
+ENTRY_OVERHEAD = 225
 #: Share of ``limit_bytes`` the protected segment may hold.
 PROTECTED_SHARE = 0.8
 #: With compression on, states shorter than this are stored as they are.
@@ -61,18 +67,29 @@ _CRC = struct.Struct('>I')
 _RAW, _ZLIB, _DELETED = 0, 1, 2
 
 
-class _Entry:
-    """One cached revision; ``hot`` says it is in the protected segment."""
-    __slots__ = ('state', 'tid', 'known', 'live', 'zipped', 'cost', 'hot')
+# An entry's header: tid, known (the last snapshot through which the
+# revision is known current), flags.
+_META = struct.Struct('<QQB')
+_META_SIZE = _META.size
+_unpack_meta = _META.unpack_from
+_pack_meta = _META.pack
+_LIVE, _ZIPPED, _DELETED_STATE = 1, 2, 4
+#: What an entry costs beyond its bytes object's length.
+_FIXED_COST = ENTRY_OVERHEAD - _META_SIZE
 
-    def __init__(self, state, tid, known, live, zipped, cost):
-        self.state = state
-        self.tid = tid
-        self.known = known
-        self.live = live
-        self.zipped = zipped
-        self.cost = cost
-        self.hot = False
+
+def _payload(blob, flags):
+    """The state an entry holds (a new bytes object), or None."""
+    if flags & _DELETED_STATE:
+        return None
+    if flags & _ZIPPED:
+        return zlib.decompress(memoryview(blob)[_META_SIZE:])
+    return blob[_META_SIZE:]
+
+
+def _reheaded(blob, tid, known, flags):
+    """``blob`` with a new header; same length, so same cost."""
+    return _pack_meta(tid, known, flags) + blob[_META_SIZE:]
 
 
 class LocalCache:
@@ -135,25 +152,24 @@ class LocalCache:
         Counts a hit or a miss."""
         newest = snapshot if before is None else before - 1
         with self._lock:
-            entry = self._protected.get(oid)
-            if entry is None:
-                entry = self._probation.get(oid)
-            if (entry is None or entry.tid > newest or newest > snapshot
-                    or (snapshot > entry.known and not (
-                        entry.live and snapshot <= self._horizon))):
+            blob = self._protected.get(oid)
+            hot = blob is not None
+            if not hot:
+                blob = self._probation.get(oid)
+                if blob is None:
+                    self.misses += 1
+                    return None
+            tid, known, flags = _unpack_meta(blob)
+            if (tid > newest or newest > snapshot or (snapshot > known and not (
+                    flags & _LIVE and snapshot <= self._horizon))):
                 self.misses += 1
                 return None
-            if entry.hot:
+            if hot:
                 self._protected.move_to_end(oid)
             else:
-                self._promote(oid, entry)
+                self._promote(oid, blob)
             self.hits += 1
-            state = entry.state
-            tid = entry.tid
-            zipped = entry.zipped
-        if zipped:
-            state = zlib.decompress(state)
-        return state, tid
+        return _payload(blob, flags), tid
 
     def get_before(self, oid, before, snapshot):
         """For ``loadBefore(oid, before)`` by a reader at ``snapshot``:
@@ -166,24 +182,23 @@ class LocalCache:
         """True if :meth:`get` would find ``oid`` for ``snapshot``; neither
         counts nor reorders."""
         with self._lock:
-            entry = self._protected.get(oid)
-            if entry is None:
-                entry = self._probation.get(oid)
-            return not (entry is None or entry.tid > snapshot or (
-                snapshot > entry.known and not (
-                    entry.live and snapshot <= self._horizon)))
+            blob = self._protected.get(oid) or self._probation.get(oid)
+            if blob is None:
+                return False
+            tid, known, flags = _unpack_meta(blob)
+            return not (tid > snapshot or (snapshot > known and not (
+                flags & _LIVE and snapshot <= self._horizon)))
 
     def get_revision(self, oid, tid):
         """The state of revision ``(oid, tid)`` if that exact revision is
         cached (revisions never change), else None.  A cached deletion also
         gives None.  Does not count or reorder."""
         with self._lock:
-            entry = self._protected.get(oid) or self._probation.get(oid)
-            if entry is None or entry.tid != tid:
-                return None
-            state = entry.state
-            zipped = entry.zipped
-        return zlib.decompress(state) if zipped else state
+            blob = self._protected.get(oid) or self._probation.get(oid)
+        if blob is None:
+            return None
+        cached_tid, _, flags = _unpack_meta(blob)
+        return _payload(blob, flags) if cached_tid == tid else None
 
     # Filling
 
@@ -201,22 +216,24 @@ class LocalCache:
                 if self._merge(oid, tid, snapshot, horizon is not None
                                and snapshot >= horizon):
                     return
-        stored, zipped, cost = self._pack(state)
+        stored, zipped = self._pack(state)
         with self._lock:
             horizon = self._horizon
-            self._put(oid, tid, stored, zipped, cost, snapshot,
+            self._put(oid, tid, stored, zipped, snapshot,
                       horizon is not None and snapshot >= horizon)
 
     def store_committed(self, tid, states):
         """Remember the revisions this process just committed at ``tid``;
         ``states`` maps oid to state (or None for a deletion)."""
+        object_max = self.object_max
         packed = [(oid, self._pack(state)) for oid, state in states.items()
-                  if state is None or len(state) <= self.object_max]
+                  if state is None or len(state) <= object_max]
         with self._lock:
             horizon = self._horizon
             live = horizon is not None and tid >= horizon
-            for oid, (stored, zipped, cost) in packed:
-                self._put(oid, tid, stored, zipped, cost, tid, live)
+            put = self._put
+            for oid, (stored, zipped) in packed:
+                put(oid, tid, stored, zipped, tid, live)
 
     # Keeping up with the database
 
@@ -238,14 +255,20 @@ class LocalCache:
             protected = self._protected
             probation = self._probation
             for oid, tid in changes:
-                entry = protected.get(oid) or probation.get(oid)
-                if entry is not None and entry.live and entry.tid < tid:
-                    entry.live = False
+                segment = protected
+                blob = protected.get(oid)
+                if blob is None:
+                    segment = probation
+                    blob = probation.get(oid)
+                    if blob is None:
+                        continue
+                cached_tid, known, flags = _unpack_meta(blob)
+                if flags & _LIVE and cached_tid < tid:
                     # A change at or before G (only in an overlapping list)
                     # bounds the entry at tid - 1; G itself otherwise.
                     end = horizon if tid > horizon else tid - 1
-                    if end > entry.known:
-                        entry.known = end
+                    segment[oid] = _reheaded(blob, cached_tid, max(end, known),
+                                             flags & ~_LIVE)
             self._horizon = to_tid
             return True
 
@@ -274,12 +297,15 @@ class LocalCache:
         """Drop the entries of ``oids`` (any iterable), if cached."""
         with self._lock:
             for oid in oids:
-                entry = (self._protected.pop(oid, None)
-                         or self._probation.pop(oid, None))
-                if entry is not None:
-                    self._size -= entry.cost
-                    if entry.hot:
-                        self._protected_size -= entry.cost
+                blob = self._protected.pop(oid, None)
+                if blob is not None:
+                    cost = len(blob) + _FIXED_COST
+                    self._protected_size -= cost
+                    self._size -= cost
+                else:
+                    blob = self._probation.pop(oid, None)
+                    if blob is not None:
+                        self._size -= len(blob) + _FIXED_COST
 
     # The persistent cache
 
@@ -298,22 +324,24 @@ class LocalCache:
             horizon = self._horizon
             if horizon is None:
                 return 0
-            records = [
-                (oid, entry.tid, entry.state, entry.zipped)
-                for segment in (self._protected, self._probation)
-                for oid, entry in reversed(segment.items())
-                if entry.tid <= horizon and (
-                    entry.live or horizon <= entry.known)]
+            records = []
+            for segment in (self._protected, self._probation):
+                for oid, blob in reversed(segment.items()):
+                    tid, known, flags = _unpack_meta(blob)
+                    if tid <= horizon and (
+                            flags & _LIVE or horizon <= known):
+                        records.append((oid, tid, flags, blob))
         parts = [_HEAD.pack(_MAGIC, _VERSION, len(name)), name,
                  _HORIZON.pack(horizon, len(records))]
         append = parts.append
         pack = _RECORD.pack
-        for oid, tid, state, zipped in records:
-            if state is None:
+        for oid, tid, flags, blob in records:
+            if flags & _DELETED_STATE:
                 append(pack(oid, tid, _DELETED, 0))
             else:
-                append(pack(oid, tid, _ZLIB if zipped else _RAW, len(state)))
-                append(state)
+                append(pack(oid, tid, _ZLIB if flags & _ZIPPED else _RAW,
+                            len(blob) - _META_SIZE))
+                append(memoryview(blob)[_META_SIZE:])
         body = b''.join(parts)
         directory, base = os.path.split(os.path.abspath(path))
         fd, temp = tempfile.mkstemp(prefix=base + '.', suffix='.tmp',
@@ -354,83 +382,97 @@ class LocalCache:
             if oid in changed_oids or tid > saved_horizon or (
                     state is not None and len(state) > self.object_max):
                 continue
-            stored, zipped, cost = self._pack(state)
+            stored, zipped = self._pack(state)
+            cost = ENTRY_OVERHEAD + (0 if stored is None else len(stored))
             if cost > budget:
                 break
             budget -= cost
-            chosen.append((oid, tid, stored, zipped, cost))
+            chosen.append((oid, tid, stored, zipped))
         with self._lock:
             if self._horizon is None:
                 self._horizon = current_tid
             live = current_tid >= self._horizon
             put = self._put
             # Least valuable first, so the first entries end up most recent.
-            for oid, tid, stored, zipped, cost in reversed(chosen):
-                put(oid, tid, stored, zipped, cost, current_tid, live)
+            for oid, tid, stored, zipped in reversed(chosen):
+                put(oid, tid, stored, zipped, current_tid, live)
         return len(chosen)
 
     # Internals; the lock is held by the caller where it matters.
 
     def _pack(self, state):
-        """``(stored state, zipped, cost)``; needs no lock."""
+        """``(stored state, zipped)``; needs no lock."""
         if state is None:
-            return None, False, ENTRY_OVERHEAD
+            return None, False
         if self._compress and len(state) >= COMPRESS_MIN:
             packer = zlib.compressobj(*_ZLIB_ARGS)
             packed = packer.compress(state) + packer.flush()
             if len(packed) < len(state):
-                return packed, True, len(packed) + ENTRY_OVERHEAD
-        return state, False, len(state) + ENTRY_OVERHEAD
+                return packed, True
+        return state, False
 
-    def _put(self, oid, tid, stored, zipped, cost, known, live):
+    def _put(self, oid, tid, stored, zipped, known, live):
+        if stored is None:
+            flags, cost = _DELETED_STATE, ENTRY_OVERHEAD
+        else:
+            flags, cost = (_ZIPPED if zipped else 0), (
+                len(stored) + ENTRY_OVERHEAD)
         if cost > self.limit_bytes or self._merge(oid, tid, known, live):
             return
-        entry = self._protected.get(oid) or self._probation.get(oid)
-        if entry is None:
-            self._probation[oid] = _Entry(stored, tid, known, live, zipped,
-                                          cost)
+        if live:
+            flags |= _LIVE
+        blob = _pack_meta(tid, known, flags)
+        if stored is not None:
+            blob += stored
+        protected = self._protected
+        old = protected.get(oid)
+        if old is None:
+            segment = self._probation
+            old = segment.get(oid)
+        else:
+            segment = protected
+        if old is None:
+            self._probation[oid] = blob
             self._size += cost
         else:
-            if self.replaced is not None and entry.state is not None:
-                old = entry.state
-                self.replaced(oid, entry.tid,
-                              zlib.decompress(old) if entry.zipped else old)
-            delta = cost - entry.cost
-            entry.state = stored
-            entry.tid = tid
-            entry.known = known
-            entry.live = live
-            entry.zipped = zipped
-            entry.cost = cost
+            old_tid, _, old_flags = _unpack_meta(old)
+            if self.replaced is not None and not old_flags & _DELETED_STATE:
+                self.replaced(oid, old_tid, _payload(old, old_flags))
+            delta = len(blob) - len(old)
+            segment[oid] = blob
+            segment.move_to_end(oid)
             self._size += delta
-            if entry.hot:
+            if segment is protected:
                 self._protected_size += delta
-                self._protected.move_to_end(oid)
                 if self._protected_size > self._protected_limit:
                     self._demote()
-            else:
-                self._probation.move_to_end(oid)
         if self._size > self.limit_bytes:
             self._evict()
 
     def _merge(self, oid, tid, known, live):
         """True when an entry of ``tid`` or later makes a store of ``tid``
         needless; the same revision then gets the later ``known``/``live``."""
-        entry = self._protected.get(oid) or self._probation.get(oid)
-        if entry is None or entry.tid < tid:
+        segment = self._protected
+        blob = segment.get(oid)
+        if blob is None:
+            segment = self._probation
+            blob = segment.get(oid)
+            if blob is None:
+                return False
+        cached_tid, cached_known, flags = _unpack_meta(blob)
+        if cached_tid < tid:
             return False
-        if entry.tid == tid:
-            if known > entry.known:
-                entry.known = known
-            if live:
-                entry.live = True
+        if cached_tid == tid:
+            new_flags = flags | _LIVE if live else flags
+            if known > cached_known or new_flags != flags:
+                segment[oid] = _reheaded(blob, tid, max(known, cached_known),
+                                         new_flags)
         return True
 
-    def _promote(self, oid, entry):
+    def _promote(self, oid, blob):
         del self._probation[oid]
-        self._protected[oid] = entry
-        entry.hot = True
-        self._protected_size += entry.cost
+        self._protected[oid] = blob
+        self._protected_size += len(blob) + _FIXED_COST
         if self._protected_size > self._protected_limit:
             self._demote()
 
@@ -438,20 +480,19 @@ class LocalCache:
         protected = self._protected
         probation = self._probation
         while self._protected_size > self._protected_limit:
-            oid, entry = protected.popitem(last=False)
-            entry.hot = False
-            self._protected_size -= entry.cost
-            probation[oid] = entry
+            oid, blob = protected.popitem(last=False)
+            self._protected_size -= len(blob) + _FIXED_COST
+            probation[oid] = blob
 
     def _evict(self):
         probation = self._probation
         while self._size > self.limit_bytes:
             if probation:
-                _, entry = probation.popitem(last=False)
+                _, blob = probation.popitem(last=False)
             else:
-                _, entry = self._protected.popitem(last=False)
-                self._protected_size -= entry.cost
-            self._size -= entry.cost
+                _, blob = self._protected.popitem(last=False)
+                self._protected_size -= len(blob) + _FIXED_COST
+            self._size -= len(blob) + _FIXED_COST
 
 
 class NullCache:
