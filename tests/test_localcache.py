@@ -272,7 +272,8 @@ def test_stats_count_hits_and_misses():
     assert cache.stats() == {
         'hits': 2, 'misses': 1, 'count': 1,
         'size_bytes': 1 + ENTRY_OVERHEAD, 'limit_bytes': BIG,
-        'protected_bytes': 1 + ENTRY_OVERHEAD, 'horizon': 10}
+        'protected_bytes': 1 + ENTRY_OVERHEAD,
+        'loop_watch_bytes': 1 << 20, 'looping': False, 'horizon': 10}
 
 
 # Memory and eviction
@@ -619,8 +620,8 @@ def test_memory_used_stays_within_the_limit():
     limit = 4 * 1024 * 1024
     tracemalloc.start()
     try:
-        cache = cache_at(10, limit=limit)
         base = tracemalloc.get_traced_memory()[0]
+        cache = cache_at(10, limit=limit)          # with its loop watch
         for i in range(60000):
             cache.store_loaded(10 ** 6 + i, 5, os.urandom(100 + i % 300), 10)
             if i % 3 == 0:
@@ -632,3 +633,51 @@ def test_memory_used_stays_within_the_limit():
     assert len(cache) > 8000
     assert cache.stats()['size_bytes'] > limit * 0.95
     assert used <= limit, (used, limit)
+
+
+def loop_pass(cache, oids, size=100):
+    """Read ``oids`` in order through the cache; returns the hits."""
+    hits = 0
+    for oid in oids:
+        if cache.get(oid, 10) is not None:
+            hits += 1
+        else:
+            cache.store_loaded(oid, 5, b'x' * size, 10)
+    return hits
+
+
+def test_a_loop_larger_than_the_cache_keeps_hitting():
+    # A plain LRU hits nothing here: each object is evicted just before
+    # the loop comes back to it.
+    cache = cache_at(10, limit=2 * 1024 * 1024)
+    assert cache.stats()['loop_watch_bytes'] == 16384
+    fit = cache._entry_limit // (ENTRY_OVERHEAD + 100)
+    loop = range(int(fit * 1.25))
+    assert loop_pass(cache, loop) == 0
+    loop_pass(cache, loop)
+    hits = loop_pass(cache, loop)
+    assert cache.stats()['looping']
+    assert hits > 0.8 * fit, (hits, fit)
+    check_accounting(cache)
+    # The application moves on to a few other objects, read repeatedly:
+    # the cache stops holding on to the loop and takes them in.
+    others = range(10 ** 6, 10 ** 6 + fit // 10)
+    assert loop_pass(cache, others) == 0
+    assert loop_pass(cache, others) > 0.9 * len(others)
+    assert loop_pass(cache, others) == len(others)
+    assert not cache.stats()['looping']
+    # A new loop, larger than the probation segment: it wins its place
+    # over the passes (a plain segmented LRU would never hit it).
+    others = range(10 ** 7, 10 ** 7 + fit // 2)
+    hits = [loop_pass(cache, others) for _ in range(6)]
+    assert hits[0] == 0 and hits[5] > hits[2] > 0.25 * len(others), hits
+    check_accounting(cache)
+
+
+def test_small_caches_do_not_watch_for_loops():
+    cache = cache_at(10, limit=100 * (ENTRY_OVERHEAD + 100))
+    assert cache.stats()['loop_watch_bytes'] == 0
+    loop = range(125)
+    for _ in range(3):
+        assert loop_pass(cache, loop) == 0
+    assert len(cache) == 100

@@ -28,6 +28,16 @@ entry hit there moves to a protected segment (at most
 :data:`PROTECTED_SHARE` of the limit, its overflow demoted back to
 probation), and eviction takes probation's least recently used first.  A
 scan of objects read once therefore only churns probation.
+
+Loops.  A loop over more objects than the cache holds (every object of a
+large container, read again and again) defeats any LRU: each entry is
+evicted just before it is asked for again, and no read ever hits.  A cache
+of at least :data:`LOOP_WATCH_MIN` bytes remembers the oids it evicted in a
+bitmap; when most new entries are oids it evicted recently, it is looping,
+and it then admits only one new entry in :data:`LOOP_ADMIT`, keeping the
+rest of what it holds: the loop then hits in the share of the objects that
+fit.  New entries that were not evicted before (the application moved on)
+end that state after a few dozen loads.
 """
 import logging
 import os
@@ -46,6 +56,15 @@ log = logging.getLogger(__name__)
 #: 10k-20k entries, 193 at 70k, 224 at 100k-200k (the old entry object
 #: with its ints took 281-327).
 ENTRY_OVERHEAD = 225
+#: Caches of this size or more watch for loops (see the module's doc).
+LOOP_WATCH_MIN = 1 << 20
+#: While looping, one new entry in this many is admitted.
+LOOP_ADMIT = 32
+#: The bitmap of evicted oids takes 1/LOOP_SHARE of ``limit_bytes`` (at
+#: most 1 MiB, rounded down to a power of two), counted in the limit.
+LOOP_SHARE = 128
+_LOOP_BITMAP_MAX = 1 << 20
+_FIBONACCI = 0x9E3779B97F4A7C15     # 2**64 / golden ratio, to spread oids
 #: Share of ``limit_bytes`` the protected segment may hold.
 PROTECTED_SHARE = 0.8
 #: With compression on, states shorter than this are stored as they are.
@@ -113,6 +132,20 @@ class LocalCache:
         self.compression = compression
         self._compress = compression == 'zlib'
         self._protected_limit = int(limit_bytes * PROTECTED_SHARE)
+        self._evicted = None
+        self._entry_limit = limit_bytes
+        if limit_bytes >= LOOP_WATCH_MIN:
+            size = 1 << ((min(limit_bytes // LOOP_SHARE,
+                              _LOOP_BITMAP_MAX)).bit_length() - 1)
+            self._evicted = bytearray(size)
+            self._evicted_shift = 64 - (size * 8).bit_length() + 1
+            # Emptied after this many evictions: at most a quarter of the
+            # bits set, so at most a quarter of false "evicted before".
+            self._evicted_room = size * 2
+            self._evicted_count = 0
+            self._loop_score = 0        # 0..256: share of recent new
+            self._bypassed = 0          # entries that were evicted before
+            self._entry_limit = limit_bytes - size
         self._probation = OrderedDict()
         self._protected = OrderedDict()
         self._size = 0
@@ -141,6 +174,8 @@ class LocalCache:
                     'count': len(self), 'size_bytes': self._size,
                     'limit_bytes': self.limit_bytes,
                     'protected_bytes': self._protected_size,
+                    'loop_watch_bytes': self.limit_bytes - self._entry_limit,
+                    'looping': self._looping(),
                     'horizon': self._horizon}
 
     # Reading
@@ -376,7 +411,7 @@ class LocalCache:
         if current_tid < saved_horizon:
             entries = ()
         with self._lock:
-            budget = self.limit_bytes - self._size
+            budget = self._entry_limit - self._size
         chosen = []
         for oid, tid, state in entries:
             if oid in changed_oids or tid > saved_horizon or (
@@ -417,13 +452,8 @@ class LocalCache:
         else:
             flags, cost = (_ZIPPED if zipped else 0), (
                 len(stored) + ENTRY_OVERHEAD)
-        if cost > self.limit_bytes or self._merge(oid, tid, known, live):
+        if cost > self._entry_limit or self._merge(oid, tid, known, live):
             return
-        if live:
-            flags |= _LIVE
-        blob = _pack_meta(tid, known, flags)
-        if stored is not None:
-            blob += stored
         protected = self._protected
         old = protected.get(oid)
         if old is None:
@@ -431,8 +461,16 @@ class LocalCache:
             old = segment.get(oid)
         else:
             segment = protected
+        if (old is None and self._size + cost > self._entry_limit
+                and not self._admit(oid)):
+            return
+        if live:
+            flags |= _LIVE
+        blob = _pack_meta(tid, known, flags)
+        if stored is not None:
+            blob += stored
         if old is None:
-            self._probation[oid] = blob
+            segment[oid] = blob
             self._size += cost
         else:
             old_tid, _, old_flags = _unpack_meta(old)
@@ -446,8 +484,34 @@ class LocalCache:
                 self._protected_size += delta
                 if self._protected_size > self._protected_limit:
                     self._demote()
-        if self._size > self.limit_bytes:
+        if self._size > self._entry_limit:
             self._evict()
+
+    def _admit(self, oid):
+        """Whether a new entry may evict others to get in (see Loops in
+        the module's doc)."""
+        evicted = self._evicted
+        if evicted is None:
+            return True
+        bit = ((oid * _FIBONACCI) & 0xFFFFFFFFFFFFFFFF) >> self._evicted_shift
+        seen = evicted[bit >> 3] >> (bit & 7) & 1
+        # A moving average over the last few dozen new entries.
+        self._loop_score += ((seen << 8) - self._loop_score) >> 4
+        if not self._looping():
+            return True
+        self._bypassed += 1
+        return self._bypassed % LOOP_ADMIT == 0
+
+    def _looping(self):
+        return self._evicted is not None and self._loop_score >= 128
+
+    def _note_evicted(self, oid):
+        if self._evicted_count >= self._evicted_room:
+            self._evicted = bytearray(len(self._evicted))
+            self._evicted_count = 0
+        bit = ((oid * _FIBONACCI) & 0xFFFFFFFFFFFFFFFF) >> self._evicted_shift
+        self._evicted[bit >> 3] |= 1 << (bit & 7)
+        self._evicted_count += 1
 
     def _merge(self, oid, tid, known, live):
         """True when an entry of ``tid`` or later makes a store of ``tid``
@@ -486,13 +550,16 @@ class LocalCache:
 
     def _evict(self):
         probation = self._probation
-        while self._size > self.limit_bytes:
+        watch = self._evicted is not None
+        while self._size > self._entry_limit:
             if probation:
-                _, blob = probation.popitem(last=False)
+                oid, blob = probation.popitem(last=False)
             else:
-                _, blob = self._protected.popitem(last=False)
+                oid, blob = self._protected.popitem(last=False)
                 self._protected_size -= len(blob) + _FIXED_COST
             self._size -= len(blob) + _FIXED_COST
+            if watch:
+                self._note_evicted(oid)
 
 
 class NullCache:
@@ -507,7 +574,8 @@ class NullCache:
 
     def stats(self):
         return {'hits': 0, 'misses': 0, 'count': 0, 'size_bytes': 0,
-                'limit_bytes': 0, 'protected_bytes': 0, 'horizon': None}
+                'limit_bytes': 0, 'protected_bytes': 0,
+                'loop_watch_bytes': 0, 'looping': False, 'horizon': None}
 
     def get(self, oid, snapshot):
         return None
