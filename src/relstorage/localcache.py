@@ -21,7 +21,8 @@ Memory.  An entry is one bytes object, a 17-byte header (tid, known,
 flags) followed by the stored state, kept in an ordered dict by oid: no
 object per entry beyond the bytes and the oid, so the default 10 MB holds
 as many small states as a C cache would.  Each entry costs the length of
-its stored payload plus :data:`ENTRY_OVERHEAD`; the sum never exceeds
+its stored payload plus :data:`ENTRY_OVERHEAD`, and the two ordered dicts
+count for what ``sys.getsizeof`` says they hold; the sum never exceeds
 ``limit_bytes`` after a call.
 Eviction is a segmented LRU: new entries enter a probation segment, an
 entry hit there moves to a protected segment (at most
@@ -42,6 +43,7 @@ end that state after a few dozen loads.
 import logging
 import os
 import struct
+import sys
 import tempfile
 import threading
 import zlib
@@ -49,13 +51,14 @@ from collections import OrderedDict
 
 log = logging.getLogger(__name__)
 
-#: Bytes charged per entry on top of its stored state: the header (17),
-#: the bytes object's own (33), the oid int (32) and the OrderedDict's
-#: slot, link node and share of its hash table, which doubles as it grows.
-#: tracemalloc on CPython 3.11, 250-byte states: 178 bytes per entry at
-#: 10k-20k entries, 193 at 70k, 224 at 100k-200k (the old entry object
-#: with its ints took 281-327).
-ENTRY_OVERHEAD = 225
+#: Bytes charged per entry on top of its stored state, outside the two
+#: ordered dicts: the header (17), the bytes object's own (33), the oid int
+#: (32) and the allocator's rounding (up to 7).  The dicts themselves (hash
+#: tables, link nodes) are counted as they are, with ``sys.getsizeof``:
+#: their share per entry moves between about 40 and 110 bytes as the
+#: tables double.  tracemalloc on CPython 3.11 with 250-byte states found
+#: the memory used within the accounted size (tests/test_localcache.py).
+ENTRY_OVERHEAD = 90
 #: Caches of this size or more watch for loops (see the module's doc).
 LOOP_WATCH_MIN = 1 << 20
 #: While looping, one new entry in this many is admitted.
@@ -95,6 +98,9 @@ _pack_meta = _META.pack
 _LIVE, _ZIPPED, _DELETED_STATE = 1, 2, 4
 #: What an entry costs beyond its bytes object's length.
 _FIXED_COST = ENTRY_OVERHEAD - _META_SIZE
+#: What restoring a saved cache plans per entry for the dicts' growth.
+_TABLE_ALLOWANCE = 110
+_sizeof = sys.getsizeof
 
 
 def _payload(blob, flags):
@@ -131,7 +137,6 @@ class LocalCache:
         self.object_max = object_max
         self.compression = compression
         self._compress = compression == 'zlib'
-        self._protected_limit = int(limit_bytes * PROTECTED_SHARE)
         self._evicted = None
         self._entry_limit = limit_bytes
         if limit_bytes >= LOOP_WATCH_MIN:
@@ -171,7 +176,9 @@ class LocalCache:
         """Counters and sizes, as a new dict."""
         with self._lock:
             return {'hits': self.hits, 'misses': self.misses,
-                    'count': len(self), 'size_bytes': self._size,
+                    'count': len(self),
+                    'size_bytes': self._size + self._tables(),
+                    'entry_bytes': self._size,
                     'limit_bytes': self.limit_bytes,
                     'protected_bytes': self._protected_size,
                     'loop_watch_bytes': self.limit_bytes - self._entry_limit,
@@ -411,14 +418,15 @@ class LocalCache:
         if current_tid < saved_horizon:
             entries = ()
         with self._lock:
-            budget = self._entry_limit - self._size
+            budget = self._entry_limit - self._size - self._tables()
         chosen = []
         for oid, tid, state in entries:
             if oid in changed_oids or tid > saved_horizon or (
                     state is not None and len(state) > self.object_max):
                 continue
             stored, zipped = self._pack(state)
-            cost = ENTRY_OVERHEAD + (0 if stored is None else len(stored))
+            cost = ENTRY_OVERHEAD + _TABLE_ALLOWANCE + (
+                0 if stored is None else len(stored))
             if cost > budget:
                 break
             budget -= cost
@@ -461,9 +469,6 @@ class LocalCache:
             old = segment.get(oid)
         else:
             segment = protected
-        if (old is None and self._size + cost > self._entry_limit
-                and not self._admit(oid)):
-            return
         if live:
             flags |= _LIVE
         blob = _pack_meta(tid, known, flags)
@@ -472,6 +477,14 @@ class LocalCache:
         if old is None:
             segment[oid] = blob
             self._size += cost
+            if (self._size + self._tables() > self._entry_limit
+                    and not self._admit(oid)):
+                # Refused: counted as evicted, so that the loop goes on
+                # being recognised.
+                del segment[oid]
+                self._size -= cost
+                self._note_evicted(oid)
+                return
         else:
             old_tid, _, old_flags = _unpack_meta(old)
             if self.replaced is not None and not old_flags & _DELETED_STATE:
@@ -482,10 +495,19 @@ class LocalCache:
             self._size += delta
             if segment is protected:
                 self._protected_size += delta
-                if self._protected_size > self._protected_limit:
+                if self._protected_size > self._protected_limit():
                     self._demote()
-        if self._size > self._entry_limit:
+        if self._size + self._tables() > self._entry_limit:
             self._evict()
+
+    def _protected_limit(self):
+        """What the protected segment's entries may take: a share of what
+        the dicts leave of the limit."""
+        return PROTECTED_SHARE * (self._entry_limit - self._tables())
+
+    def _tables(self):
+        """Bytes held by the two ordered dicts (tables and link nodes)."""
+        return _sizeof(self._probation) + _sizeof(self._protected)
 
     def _admit(self, oid):
         """Whether a new entry may evict others to get in (see Loops in
@@ -537,13 +559,16 @@ class LocalCache:
         del self._probation[oid]
         self._protected[oid] = blob
         self._protected_size += len(blob) + _FIXED_COST
-        if self._protected_size > self._protected_limit:
+        if self._protected_size > self._protected_limit():
             self._demote()
+        # The protected dict's table may have doubled.
+        if self._size + self._tables() > self._entry_limit:
+            self._evict()
 
     def _demote(self):
         protected = self._protected
         probation = self._probation
-        while self._protected_size > self._protected_limit:
+        while self._protected_size > self._protected_limit():
             oid, blob = protected.popitem(last=False)
             self._protected_size -= len(blob) + _FIXED_COST
             probation[oid] = blob
@@ -551,12 +576,16 @@ class LocalCache:
     def _evict(self):
         probation = self._probation
         watch = self._evicted is not None
-        while self._size > self._entry_limit:
+        protected = self._protected
+        limit = self._entry_limit
+        while self._size + _sizeof(probation) + _sizeof(protected) > limit:
             if probation:
                 oid, blob = probation.popitem(last=False)
-            else:
-                oid, blob = self._protected.popitem(last=False)
+            elif protected:
+                oid, blob = protected.popitem(last=False)
                 self._protected_size -= len(blob) + _FIXED_COST
+            else:
+                break
             self._size -= len(blob) + _FIXED_COST
             if watch:
                 self._note_evicted(oid)
@@ -574,6 +603,7 @@ class NullCache:
 
     def stats(self):
         return {'hits': 0, 'misses': 0, 'count': 0, 'size_bytes': 0,
+                'entry_bytes': 0,
                 'limit_bytes': 0, 'protected_bytes': 0,
                 'loop_watch_bytes': 0, 'looping': False, 'horizon': None}
 
