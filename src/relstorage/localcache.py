@@ -139,6 +139,7 @@ class LocalCache:
         self._compress = compression == 'zlib'
         self._evicted = None
         self._entry_limit = limit_bytes
+        self._known_tables = 0
         if limit_bytes >= LOOP_WATCH_MIN:
             size = 1 << ((min(limit_bytes // LOOP_SHARE,
                               _LOOP_BITMAP_MAX)).bit_length() - 1)
@@ -153,6 +154,7 @@ class LocalCache:
             self._entry_limit = limit_bytes - size
         self._probation = OrderedDict()
         self._protected = OrderedDict()
+        self._tables()
         self._size = 0
         self._protected_size = 0
         self._horizon = None
@@ -330,6 +332,7 @@ class LocalCache:
         with self._lock:
             self._probation.clear()
             self._protected.clear()
+            self._tables()
             self._size = self._protected_size = 0
             self._horizon = None
 
@@ -477,14 +480,16 @@ class LocalCache:
         if old is None:
             segment[oid] = blob
             self._size += cost
-            if (self._size + self._tables() > self._entry_limit
-                    and not self._admit(oid)):
-                # Refused: counted as evicted, so that the loop goes on
-                # being recognised.
-                del segment[oid]
-                self._size -= cost
-                self._note_evicted(oid)
-                return
+            # The one place where the dicts grow (besides promotion).
+            if self._size + self._tables() > self._entry_limit:
+                if not self._admit(oid):
+                    # Refused: counted as evicted, so that the loop goes on
+                    # being recognised.
+                    del segment[oid]
+                    self._size -= cost
+                    self._note_evicted(oid)
+                    return
+                self._evict()
         else:
             old_tid, _, old_flags = _unpack_meta(old)
             if self.replaced is not None and not old_flags & _DELETED_STATE:
@@ -497,17 +502,21 @@ class LocalCache:
                 self._protected_size += delta
                 if self._protected_size > self._protected_limit():
                     self._demote()
-        if self._size + self._tables() > self._entry_limit:
-            self._evict()
+            # Replacing a value does not resize a dict: the last measure
+            # of the tables holds.
+            if self._size + self._known_tables > self._entry_limit:
+                self._evict()
 
     def _protected_limit(self):
         """What the protected segment's entries may take: a share of what
-        the dicts leave of the limit."""
-        return PROTECTED_SHARE * (self._entry_limit - self._tables())
+        the dicts leave of the limit (as last measured)."""
+        return PROTECTED_SHARE * (self._entry_limit - self._known_tables)
 
     def _tables(self):
         """Bytes held by the two ordered dicts (tables and link nodes)."""
-        return _sizeof(self._probation) + _sizeof(self._protected)
+        self._known_tables = tables = (
+            _sizeof(self._probation) + _sizeof(self._protected))
+        return tables
 
     def _admit(self, oid):
         """Whether a new entry may evict others to get in (see Loops in
@@ -578,7 +587,8 @@ class LocalCache:
         watch = self._evicted is not None
         protected = self._protected
         limit = self._entry_limit
-        while self._size + _sizeof(probation) + _sizeof(protected) > limit:
+        tables = _sizeof(probation) + _sizeof(protected)
+        while self._size + tables > limit:
             if probation:
                 oid, blob = probation.popitem(last=False)
             elif protected:
@@ -589,6 +599,8 @@ class LocalCache:
             self._size -= len(blob) + _FIXED_COST
             if watch:
                 self._note_evicted(oid)
+            tables = _sizeof(probation) + _sizeof(protected)
+        self._known_tables = tables
 
 
 class NullCache:
