@@ -19,8 +19,7 @@ reported change freezes the entry before G moves past it).
 
 Memory.  An entry is one bytes object, a 17-byte header (tid, known,
 flags) followed by the stored state, kept in an ordered dict by oid: no
-object per entry beyond the bytes and the oid, so the default 10 MB holds
-as many small states as a C cache would.  Each entry costs the length of
+object per entry beyond the bytes and the oid.  Each entry costs the length of
 its stored payload plus :data:`ENTRY_OVERHEAD`, and the two ordered dicts
 count for what ``sys.getsizeof`` says they hold; the sum never exceeds
 ``limit_bytes`` after a call.
@@ -55,9 +54,10 @@ log = logging.getLogger(__name__)
 #: ordered dicts: the header (17), the bytes object's own (33), the oid int
 #: (32) and the allocator's rounding (up to 7).  The dicts themselves (hash
 #: tables, link nodes) are counted as they are, with ``sys.getsizeof``:
-#: their share per entry moves between about 40 and 110 bytes as the
-#: tables double.  tracemalloc on CPython 3.11 with 250-byte states found
-#: the memory used within the accounted size (tests/test_localcache.py).
+#: their share per entry moves between about 40 and 190 bytes as the
+#: tables double and entries come and go.  tracemalloc on CPython 3.11
+#: found the memory used at 98 % of the limit in full caches of 2 and
+#: 10 MB under churn (tests/test_localcache.py checks 2 MB).
 ENTRY_OVERHEAD = 90
 #: Caches of this size or more watch for loops (see the module's doc).
 LOOP_WATCH_MIN = 1 << 20
