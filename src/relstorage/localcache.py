@@ -481,7 +481,8 @@ class LocalCache:
             segment[oid] = blob
             self._size += cost
             # The one place where the dicts grow (besides promotion).
-            if self._size + self._tables() > self._entry_limit:
+            tables = self._tables()
+            if self._size + tables > self._entry_limit:
                 if not self._admit(oid):
                     # Refused: counted as evicted, so that the loop goes on
                     # being recognised.
@@ -489,7 +490,7 @@ class LocalCache:
                     self._size -= cost
                     self._note_evicted(oid)
                     return
-                self._evict()
+                self._evict(tables)
         else:
             old_tid, _, old_flags = _unpack_meta(old)
             if self.replaced is not None and not old_flags & _DELETED_STATE:
@@ -571,8 +572,9 @@ class LocalCache:
         if self._protected_size > self._protected_limit():
             self._demote()
         # The protected dict's table may have doubled.
-        if self._size + self._tables() > self._entry_limit:
-            self._evict()
+        tables = self._tables()
+        if self._size + tables > self._entry_limit:
+            self._evict(tables)
 
     def _demote(self):
         protected = self._protected
@@ -582,12 +584,15 @@ class LocalCache:
             self._protected_size -= len(blob) + _FIXED_COST
             probation[oid] = blob
 
-    def _evict(self):
+    def _evict(self, tables=None):
+        """Evict until within the limit; ``tables``: the dicts' size if
+        just measured."""
         probation = self._probation
         watch = self._evicted is not None
         protected = self._protected
         limit = self._entry_limit
-        tables = _sizeof(probation) + _sizeof(protected)
+        if tables is None:
+            tables = _sizeof(probation) + _sizeof(protected)
         while self._size + tables > limit:
             if probation:
                 oid, blob = probation.popitem(last=False)
