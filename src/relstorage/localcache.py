@@ -296,16 +296,11 @@ class LocalCache:
                 return False
             if to_tid <= horizon:
                 return True
-            protected = self._protected
-            probation = self._probation
+            find = self._find
             for oid, tid in changes:
-                segment = protected
-                blob = protected.get(oid)
+                segment, blob = find(oid)
                 if blob is None:
-                    segment = probation
-                    blob = probation.get(oid)
-                    if blob is None:
-                        continue
+                    continue
                 cached_tid, known, flags = _unpack_meta(blob)
                 if flags & _LIVE and cached_tid < tid:
                     # A change at or before G (only in an overlapping list)
@@ -463,15 +458,12 @@ class LocalCache:
         else:
             flags, cost = (_ZIPPED if zipped else 0), (
                 len(stored) + ENTRY_OVERHEAD)
-        if cost > self._entry_limit or self._merge(oid, tid, known, live):
+        segment, old = self._find(oid)
+        if cost > self._entry_limit or self._merge_into(
+                segment, old, oid, tid, known, live):
             return
-        protected = self._protected
-        old = protected.get(oid)
         if old is None:
             segment = self._probation
-            old = segment.get(oid)
-        else:
-            segment = protected
         if live:
             flags |= _LIVE
         blob = _pack_meta(tid, known, flags)
@@ -499,7 +491,7 @@ class LocalCache:
             segment[oid] = blob
             segment.move_to_end(oid)
             self._size += delta
-            if segment is protected:
+            if segment is self._protected:
                 self._protected_size += delta
                 if self._protected_size > self._protected_limit():
                     self._demote()
@@ -525,7 +517,7 @@ class LocalCache:
         evicted = self._evicted
         if evicted is None:
             return True
-        bit = ((oid * _FIBONACCI) & 0xFFFFFFFFFFFFFFFF) >> self._evicted_shift
+        bit = self._evicted_bit(oid)
         seen = evicted[bit >> 3] >> (bit & 7) & 1
         # A moving average over the last few dozen new entries.
         self._loop_score += ((seen << 8) - self._loop_score) >> 4
@@ -541,20 +533,33 @@ class LocalCache:
         if self._evicted_count >= self._evicted_room:
             self._evicted = bytearray(len(self._evicted))
             self._evicted_count = 0
-        bit = ((oid * _FIBONACCI) & 0xFFFFFFFFFFFFFFFF) >> self._evicted_shift
+        bit = self._evicted_bit(oid)
         self._evicted[bit >> 3] |= 1 << (bit & 7)
         self._evicted_count += 1
+
+    def _evicted_bit(self, oid):
+        """The bit of ``oid`` in the bitmap of evicted oids."""
+        return ((oid * _FIBONACCI) & 0xFFFFFFFFFFFFFFFF) >> self._evicted_shift
+
+    def _find(self, oid):
+        """``(segment, blob)`` of the entry of ``oid``, or ``(None, None)``."""
+        blob = self._protected.get(oid)
+        if blob is not None:
+            return self._protected, blob
+        blob = self._probation.get(oid)
+        if blob is not None:
+            return self._probation, blob
+        return None, None
 
     def _merge(self, oid, tid, known, live):
         """True when an entry of ``tid`` or later makes a store of ``tid``
         needless; the same revision then gets the later ``known``/``live``."""
-        segment = self._protected
-        blob = segment.get(oid)
+        return self._merge_into(*self._find(oid), oid, tid, known, live)
+
+    def _merge_into(self, segment, blob, oid, tid, known, live):
+        """:meth:`_merge` with the entry already looked up."""
         if blob is None:
-            segment = self._probation
-            blob = segment.get(oid)
-            if blob is None:
-                return False
+            return False
         cached_tid, cached_known, flags = _unpack_meta(blob)
         if cached_tid < tid:
             return False
