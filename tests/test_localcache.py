@@ -6,7 +6,7 @@ import struct
 import sys
 import threading
 import zlib
-from collections import OrderedDict
+from collections import deque
 
 import pytest
 
@@ -25,21 +25,32 @@ def cache_at(horizon, limit=BIG, **kw):
     return cache
 
 
-def tables(*counts):
-    """What ``sys.getsizeof`` says ordered dicts of ``counts`` oids hold."""
-    return sum(sys.getsizeof(OrderedDict.fromkeys(range(10 ** 6, 10 ** 6 + n)))
-               for n in counts)
+def tables(probation, protected=0):
+    """What ``sys.getsizeof`` says the dict and the queues hold for
+    ``probation`` + ``protected`` entries, all grown one by one (a deque
+    starts in the middle of its first block)."""
+    grown = {}
+    queues = deque(), deque()
+    for queue, count in zip(queues, (probation, protected)):
+        for n in range(count):
+            grown[10 ** 6 + len(grown)] = None
+            queue.append(n)
+    return sys.getsizeof(grown) + sum(map(sys.getsizeof, queues))
 
 
 def entries(cache):
     """``{oid: (tid, known, live, zipped, stored payload or None)}``."""
     found = {}
-    for segment in (cache._probation, cache._protected):
-        for oid, blob in segment.items():
-            tid, known, flags = struct.unpack_from('<QQB', blob)
-            found[oid] = (tid, known, bool(flags & 1), bool(flags & 2),
-                          None if flags & 4 else blob[17:])
+    for oid, blob in cache._entries.items():
+        tid, known, flags = struct.unpack_from('<QQB', blob)
+        found[oid] = (tid, known, bool(flags & 1), bool(flags & 2),
+                      None if flags & 4 else blob[17:])
     return found
+
+
+def protected(cache):
+    """The oids the protected queue holds, by their entries' flags."""
+    return {oid for oid, blob in cache._entries.items() if blob[16] & 16}
 
 
 def check_accounting(cache):
@@ -50,7 +61,9 @@ def check_accounting(cache):
     assert cache._size == sum(cost(e[4]) for e in found.values())
     assert cache._protected_size == sum(
         cost(found[oid][4]) for oid in cache._protected)
-    assert not set(cache._protected) & set(cache._probation)
+    # Every entry in exactly one queue, the one its flag names.
+    assert sorted(cache._protected) == sorted(protected(cache))
+    assert sorted(cache._probation) == sorted(set(found) - protected(cache))
     assert cache._size + cache._tables() <= cache._entry_limit
     assert cache._entry_limit <= cache.limit_bytes
     # Probation keeps room: protected takes a share of what the dicts
@@ -285,7 +298,7 @@ def test_stats_count_hits_and_misses():
         'hits': 2, 'misses': 1, 'count': 1,
         'size_bytes': 1 + ENTRY_OVERHEAD + cache._tables(),
         'entry_bytes': 1 + ENTRY_OVERHEAD, 'limit_bytes': BIG,
-        'protected_bytes': 1 + ENTRY_OVERHEAD,
+        'protected_bytes': 0,       # moved there only to make room
         'loop_watch_bytes': 1 << 20, 'looping': False, 'horizon': 10}
 
 
@@ -351,23 +364,36 @@ def test_scan_does_not_flush_the_protected_segment():
 
 def test_protected_overflow_is_demoted_then_evicted_last():
     cost = ENTRY_OVERHEAD + 1000
-    cache = cache_at(10, limit=100 * cost + tables(100, 100))
+    cache = cache_at(10, limit=100 * cost + tables(100))
     for oid in range(100):
         cache.store_loaded(oid, 5, b'x' * 1000, 10)
-        cache.get(oid, 10)
+        cache.get(oid, 10)                  # read: marked, still in probation
+    assert len(cache) == 100 and not cache._protected
+    cache.store_loaded(1000, 5, b'x' * 1000, 10)
     check_accounting(cache)
-    assert len(cache) == 100
-    demoted = len(cache._probation)
-    assert 5 <= demoted <= 40
-    assert list(cache._probation) == list(range(demoted))  # oldest first
-    assert list(cache._protected) == list(range(demoted, 100))
-    oid = 1000
-    while cache.has(0, 10):                      # has() does not reorder
-        cache.store_loaded(oid, 5, b'x' * 1000, 10)
-        oid += 1
-    assert oid < 1010
-    assert cache.has(1, 10)                      # the LRU of probation left
-    assert cache.has(99, 10)
+    # Making room moved the read entries, oldest first, to the protected
+    # queue until it held its share; its oldest went back to probation,
+    # unread, behind the new entry, the oldest unread and so the evicted.
+    assert not cache.has(1000, 10)
+    first = len(cache._probation)
+    assert 5 <= first <= 40
+    assert list(cache._probation) == list(range(first))
+    assert list(cache._protected) == list(range(first, 100))
+    cache.store_loaded(1001, 5, b'x' * 1000, 10)
+    assert not cache.has(0, 10)
+    assert list(cache._probation) == list(range(1, first)) + [1001]
+    # The oldest protected entry is read again, and so are the demoted
+    # ones: making room now moves those back to the protected queue,
+    # which overflows; its oldest goes round instead of being demoted.
+    cache.get(first, 10)
+    for oid in range(1, first):
+        cache.get(oid, 10)
+    cache.store_loaded(1002, 5, b'x' * 1000, 10)
+    check_accounting(cache)
+    assert not cache.has(1001, 10)          # probation's oldest unread
+    assert first in cache._protected
+    assert first + 1 in cache._probation    # demoted in its place
+    assert set(range(1, first)) <= set(cache._protected)
 
 
 def test_replacement_updates_the_accounting():
@@ -711,3 +737,17 @@ def test_small_caches_do_not_watch_for_loops():
     for _ in range(3):
         assert loop_pass(cache, loop) == 0
     assert 60 <= len(cache) <= 100
+
+
+def test_the_dict_stays_compact_under_churn():
+    # A key deleted for each one added: CPython lets such a dict grow to
+    # 117 bytes per key here (three times its keys when its table fills
+    # with deleted slots); the cache rebuilds it instead, and so holds
+    # about 4,000 more states of 250 bytes in 10 MB.
+    cache = cache_at(10, limit=10 * 1024 * 1024)
+    state = bytes(250)
+    for oid in range(100000):
+        cache.store_loaded(oid, 5, state, 10)
+    assert sys.getsizeof(cache._entries) <= 64 * len(cache) + 1024
+    assert len(cache) > 26000
+    check_accounting(cache)

@@ -18,16 +18,24 @@ revision (``tid <= S``) and a newer snapshot never sees a stale one (a
 reported change freezes the entry before G moves past it).
 
 Memory.  An entry is one bytes object, a 17-byte header (tid, known,
-flags) followed by the stored state, kept in an ordered dict by oid: no
-object per entry beyond the bytes and the oid.  Each entry costs the length of
-its stored payload plus :data:`ENTRY_OVERHEAD`, and the two ordered dicts
-count for what ``sys.getsizeof`` says they hold; the sum never exceeds
-``limit_bytes`` after a call.
-Eviction is a segmented LRU: new entries enter a probation segment, an
-entry hit there moves to a protected segment (at most
-:data:`PROTECTED_SHARE` of the limit, its overflow demoted back to
-probation), and eviction takes probation's least recently used first.  A
-scan of objects read once therefore only churns probation.
+flags) followed by the stored state, kept in one dict by oid: no object
+per entry beyond the bytes and the oid.  Each entry costs the length of its
+stored payload plus :data:`ENTRY_OVERHEAD`, and the dict and the two queues
+below count for what ``sys.getsizeof`` says they hold; the sum never
+exceeds ``limit_bytes`` after a call.
+
+Eviction is a segmented LRU approximated the way CLOCK approximates LRU,
+so that a hit only sets a flag and no link list is kept per entry.  Each
+oid sits in one of two FIFO queues (deques of the oids, 8 bytes an entry).
+New entries join probation.  A hit marks an entry *referenced*.  Eviction
+looks at probation's oldest: referenced, it moves to the protected queue
+(its flag cleared); otherwise it is evicted.  Protected holds at most
+:data:`PROTECTED_SHARE` of the room; when it holds more, its oldest
+referenced entries go round again (flag cleared) and the first one not
+referenced is demoted to probation's young end.  A scan of objects read
+once therefore only churns probation, and an entry read again since the
+queue last passed it survives.  Two ordered dicts (a true segmented LRU)
+cost 40-190 bytes per entry more than this dict and its queues.
 
 Loops.  A loop over more objects than the cache holds (every object of a
 large container, read again and again) defeats any LRU: each entry is
@@ -46,18 +54,19 @@ import sys
 import tempfile
 import threading
 import zlib
-from collections import OrderedDict
+from collections import deque
+from itertools import chain
 
 log = logging.getLogger(__name__)
 
-#: Bytes charged per entry on top of its stored state, outside the two
-#: ordered dicts: the header (17), the bytes object's own (33), the oid int
-#: (32) and the allocator's rounding (up to 7).  The dicts themselves (hash
-#: tables, link nodes) are counted as they are, with ``sys.getsizeof``:
-#: their share per entry moves between about 40 and 190 bytes as the
-#: tables double and entries come and go.  tracemalloc on CPython 3.11
-#: found the memory used at 98 % of the limit in full caches of 2 and
-#: 10 MB under churn (tests/test_localcache.py checks 2 MB).
+#: Bytes charged per entry on top of its stored state, outside the dict
+#: and the queues: the header (17), the bytes object's own (33), the oid
+#: int (32) and the allocator's rounding (up to 15).  The dict and the
+#: queues are counted as they are, with ``sys.getsizeof``: their share per
+#: entry moves between about 36 and 70 bytes as the dict's table doubles
+#: (see _SPARSE_DICT).
+#: tracemalloc on CPython 3.11 found the memory used within the limit in
+#: full caches under churn (tests/test_localcache.py checks 2 MB).
 ENTRY_OVERHEAD = 90
 #: Caches of this size or more watch for loops (see the module's doc).
 LOOP_WATCH_MIN = 1 << 20
@@ -68,7 +77,8 @@ LOOP_ADMIT = 32
 LOOP_SHARE = 128
 _LOOP_BITMAP_MAX = 1 << 20
 _FIBONACCI = 0x9E3779B97F4A7C15     # 2**64 / golden ratio, to spread oids
-#: Share of ``limit_bytes`` the protected segment may hold.
+#: Share of the room left by the dict and queues that the protected queue's
+#: entries may hold.
 PROTECTED_SHARE = 0.8
 #: With compression on, states shorter than this are stored as they are.
 COMPRESS_MIN = 128
@@ -93,14 +103,25 @@ _RAW, _ZLIB, _DELETED = 0, 1, 2
 # revision is known current), flags.
 _META = struct.Struct('<QQB')
 _META_SIZE = _META.size
+_FLAGS = _META_SIZE - 1             # the flags' offset
 _unpack_meta = _META.unpack_from
 _pack_meta = _META.pack
 _LIVE, _ZIPPED, _DELETED_STATE = 1, 2, 4
+# Where an entry stands in the eviction order: read since the queue last
+# passed it; in the protected queue (else in probation).
+_REFERENCED, _PROTECTED = 8, 16
 #: What an entry costs beyond its bytes object's length.
 _FIXED_COST = ENTRY_OVERHEAD - _META_SIZE
-#: What restoring a saved cache plans per entry for the dicts' growth.
-_TABLE_ALLOWANCE = 110
+#: What restoring a saved cache plans per entry for the dict's and the
+#: queues' growth.
+_TABLE_ALLOWANCE = 72
 _sizeof = sys.getsizeof
+#: A dict larger than this many bytes per key is rebuilt.  Under churn (a
+#: key deleted for each one added) CPython grows a dict to three times its
+#: keys when its table fills with deleted slots: a full 10 MB cache's dict
+#: of 22,000 keys took 117 bytes per key, rebuilt 59 (in 1 ms).  A dict
+#: built one key at a time takes at most 60, so a rebuild never repeats.
+_SPARSE_DICT = 64
 
 
 def _payload(blob, flags):
@@ -115,6 +136,11 @@ def _payload(blob, flags):
 def _reheaded(blob, tid, known, flags):
     """``blob`` with a new header; same length, so same cost."""
     return _pack_meta(tid, known, flags) + blob[_META_SIZE:]
+
+
+def _reflagged(blob, flags):
+    """``blob`` with new flags; same length, so same cost."""
+    return blob[:_FLAGS] + bytes((flags,)) + blob[_META_SIZE:]
 
 
 class LocalCache:
@@ -152,8 +178,9 @@ class LocalCache:
             self._loop_score = 0        # 0..256: share of recent new
             self._bypassed = 0          # entries that were evicted before
             self._entry_limit = limit_bytes - size
-        self._probation = OrderedDict()
-        self._protected = OrderedDict()
+        self._entries = {}
+        self._probation = deque()       # oids, oldest first
+        self._protected = deque()
         self._tables()
         self._size = 0
         self._protected_size = 0
@@ -172,7 +199,7 @@ class LocalCache:
         return self._horizon
 
     def __len__(self):
-        return len(self._probation) + len(self._protected)
+        return len(self._entries)
 
     def stats(self):
         """Counters and sizes, as a new dict."""
@@ -196,22 +223,19 @@ class LocalCache:
         Counts a hit or a miss."""
         newest = snapshot if before is None else before - 1
         with self._lock:
-            blob = self._protected.get(oid)
-            hot = blob is not None
-            if not hot:
-                blob = self._probation.get(oid)
-                if blob is None:
-                    self.misses += 1
-                    return None
+            blob = self._entries.get(oid)
+            if blob is None:
+                self.misses += 1
+                return None
             tid, known, flags = _unpack_meta(blob)
             if (tid > newest or newest > snapshot or (snapshot > known and not (
                     flags & _LIVE and snapshot <= self._horizon))):
                 self.misses += 1
                 return None
-            if hot:
-                self._protected.move_to_end(oid)
-            else:
-                self._promote(oid, blob)
+            if not flags & _REFERENCED:
+                # Same length: the accounting holds.
+                self._entries[oid] = _reheaded(blob, tid, known,
+                                               flags | _REFERENCED)
             self.hits += 1
         return _payload(blob, flags), tid
 
@@ -226,7 +250,7 @@ class LocalCache:
         """True if :meth:`get` would find ``oid`` for ``snapshot``; neither
         counts nor reorders."""
         with self._lock:
-            blob = self._protected.get(oid) or self._probation.get(oid)
+            blob = self._entries.get(oid)
             if blob is None:
                 return False
             tid, known, flags = _unpack_meta(blob)
@@ -238,7 +262,7 @@ class LocalCache:
         cached (revisions never change), else None.  A cached deletion also
         gives None.  Does not count or reorder."""
         with self._lock:
-            blob = self._protected.get(oid) or self._probation.get(oid)
+            blob = self._entries.get(oid)
         if blob is None:
             return None
         cached_tid, _, flags = _unpack_meta(blob)
@@ -296,9 +320,10 @@ class LocalCache:
                 return False
             if to_tid <= horizon:
                 return True
-            find = self._find
+            entries = self._entries
+            get = entries.get
             for oid, tid in changes:
-                segment, blob = find(oid)
+                blob = get(oid)
                 if blob is None:
                     continue
                 cached_tid, known, flags = _unpack_meta(blob)
@@ -306,7 +331,7 @@ class LocalCache:
                     # A change at or before G (only in an overlapping list)
                     # bounds the entry at tid - 1; G itself otherwise.
                     end = horizon if tid > horizon else tid - 1
-                    segment[oid] = _reheaded(blob, cached_tid, max(end, known),
+                    entries[oid] = _reheaded(blob, cached_tid, max(end, known),
                                              flags & ~_LIVE)
             self._horizon = to_tid
             return True
@@ -325,6 +350,7 @@ class LocalCache:
     def invalidate_all(self):
         """Drop every entry and forget the horizon (the counters remain)."""
         with self._lock:
+            self._entries.clear()
             self._probation.clear()
             self._protected.clear()
             self._tables()
@@ -334,18 +360,21 @@ class LocalCache:
     clear = invalidate_all
 
     def discard(self, oids):
-        """Drop the entries of ``oids`` (any iterable), if cached."""
+        """Drop the entries of ``oids`` (any iterable), if cached.  Takes
+        time in proportion to the number of entries per oid dropped (each
+        is looked for in its queue): meant for a few oids."""
         with self._lock:
             for oid in oids:
-                blob = self._protected.pop(oid, None)
-                if blob is not None:
-                    cost = len(blob) + _FIXED_COST
+                blob = self._entries.pop(oid, None)
+                if blob is None:
+                    continue
+                cost = len(blob) + _FIXED_COST
+                self._size -= cost
+                if blob[_FLAGS] & _PROTECTED:
+                    self._protected.remove(oid)
                     self._protected_size -= cost
-                    self._size -= cost
                 else:
-                    blob = self._probation.pop(oid, None)
-                    if blob is not None:
-                        self._size -= len(blob) + _FIXED_COST
+                    self._probation.remove(oid)
 
     # The persistent cache
 
@@ -364,13 +393,21 @@ class LocalCache:
             horizon = self._horizon
             if horizon is None:
                 return 0
-            records = []
-            for segment in (self._protected, self._probation):
-                for oid, blob in reversed(segment.items()):
-                    tid, known, flags = _unpack_meta(blob)
-                    if tid <= horizon and (
-                            flags & _LIVE or horizon <= known):
-                        records.append((oid, tid, flags, blob))
+            # Most valuable first: the protected queue, then probation's
+            # entries read since they joined it, then the others; the
+            # youngest first in each.
+            kept, read, unread = [], [], []
+            entries = self._entries
+            for oid in chain(reversed(self._protected),
+                             reversed(self._probation)):
+                blob = entries[oid]
+                tid, known, flags = _unpack_meta(blob)
+                if tid > horizon or not (flags & _LIVE or horizon <= known):
+                    continue
+                (kept if flags & _PROTECTED else
+                 read if flags & _REFERENCED else unread).append(
+                    (oid, tid, flags, blob))
+            records = kept + read + unread
         parts = [_HEAD.pack(_MAGIC, _VERSION, len(name)), name,
                  _HORIZON.pack(horizon, len(records))]
         append = parts.append
@@ -458,57 +495,65 @@ class LocalCache:
         else:
             flags, cost = (_ZIPPED if zipped else 0), (
                 len(stored) + ENTRY_OVERHEAD)
-        segment, old = self._find(oid)
+        entries = self._entries
+        old = entries.get(oid)
         if cost > self._entry_limit or self._merge_into(
-                segment, old, oid, tid, known, live):
+                old, oid, tid, known, live):
             return
-        if old is None:
-            segment = self._probation
         if live:
             flags |= _LIVE
-        blob = _pack_meta(tid, known, flags)
-        if stored is not None:
-            blob += stored
         if old is None:
-            segment[oid] = blob
+            blob = _pack_meta(tid, known, flags)
+            if stored is not None:
+                blob += stored
+            entries[oid] = blob
+            self._probation.append(oid)
             self._size += cost
-            # The one place where the dicts grow (besides promotion).
+            # The one place where the dict and the queues grow.
+            if _sizeof(entries) > _SPARSE_DICT * len(entries) + 1024:
+                self._entries = entries = {k: v for k, v in entries.items()}
             tables = self._tables()
             if self._size + tables > self._entry_limit:
                 if not self._admit(oid):
                     # Refused: counted as evicted, so that the loop goes on
                     # being recognised.
-                    del segment[oid]
+                    del entries[oid]
+                    self._probation.pop()
                     self._size -= cost
                     self._note_evicted(oid)
                     return
                 self._evict(tables)
-        else:
-            old_tid, _, old_flags = _unpack_meta(old)
-            if self.replaced is not None and not old_flags & _DELETED_STATE:
-                self.replaced(oid, old_tid, _payload(old, old_flags))
-            delta = len(blob) - len(old)
-            segment[oid] = blob
-            segment.move_to_end(oid)
-            self._size += delta
-            if segment is self._protected:
-                self._protected_size += delta
-                if self._protected_size > self._protected_limit():
-                    self._demote()
-            # Replacing a value does not resize a dict: the last measure
-            # of the tables holds.
-            if self._size + self._known_tables > self._entry_limit:
-                self._evict()
+            return
+        old_tid, _, old_flags = _unpack_meta(old)
+        if self.replaced is not None and not old_flags & _DELETED_STATE:
+            self.replaced(oid, old_tid, _payload(old, old_flags))
+        # A new revision keeps its place in the queues and counts as read.
+        flags |= old_flags & _PROTECTED | _REFERENCED
+        blob = _pack_meta(tid, known, flags)
+        if stored is not None:
+            blob += stored
+        delta = len(blob) - len(old)
+        entries[oid] = blob
+        self._size += delta
+        if flags & _PROTECTED:
+            self._protected_size += delta
+            if self._protected_size > self._protected_limit():
+                self._demote()
+        # Replacing a value grows neither the dict nor a queue: the last
+        # measure of the tables holds.
+        if self._size + self._known_tables > self._entry_limit:
+            self._evict()
 
     def _protected_limit(self):
-        """What the protected segment's entries may take: a share of what
-        the dicts leave of the limit (as last measured)."""
+        """What the protected queue's entries may take: a share of what the
+        dict and the queues leave of the limit (as last measured)."""
         return PROTECTED_SHARE * (self._entry_limit - self._known_tables)
 
     def _tables(self):
-        """Bytes held by the two ordered dicts (tables and link nodes)."""
+        """Bytes held by the dict and the two queues."""
         self._known_tables = tables = (
-            _sizeof(self._probation) + _sizeof(self._protected))
+            _sizeof(self._entries) + _sizeof(self._probation)
+            + _sizeof(self._protected))
         return tables
 
     def _admit(self, oid):
@@ -530,6 +575,8 @@ class LocalCache:
         return self._evicted is not None and self._loop_score >= 128
 
     def _note_evicted(self, oid):
+        if self._evicted is None:
+            return
         if self._evicted_count >= self._evicted_room:
             self._evicted = bytearray(len(self._evicted))
             self._evicted_count = 0
@@ -541,22 +588,12 @@ class LocalCache:
         """The bit of ``oid`` in the bitmap of evicted oids."""
         return ((oid * _FIBONACCI) & 0xFFFFFFFFFFFFFFFF) >> self._evicted_shift
 
-    def _find(self, oid):
-        """``(segment, blob)`` of the entry of ``oid``, or ``(None, None)``."""
-        blob = self._protected.get(oid)
-        if blob is not None:
-            return self._protected, blob
-        blob = self._probation.get(oid)
-        if blob is not None:
-            return self._probation, blob
-        return None, None
-
     def _merge(self, oid, tid, known, live):
         """True when an entry of ``tid`` or later makes a store of ``tid``
         needless; the same revision then gets the later ``known``/``live``."""
-        return self._merge_into(*self._find(oid), oid, tid, known, live)
+        return self._merge_into(self._entries.get(oid), oid, tid, known, live)
 
-    def _merge_into(self, segment, blob, oid, tid, known, live):
+    def _merge_into(self, blob, oid, tid, known, live):
         """:meth:`_merge` with the entry already looked up."""
         if blob is None:
             return False
@@ -566,50 +603,77 @@ class LocalCache:
         if cached_tid == tid:
             new_flags = flags | _LIVE if live else flags
             if known > cached_known or new_flags != flags:
-                segment[oid] = _reheaded(blob, tid, max(known, cached_known),
-                                         new_flags)
+                self._entries[oid] = _reheaded(
+                    blob, tid, max(known, cached_known), new_flags)
         return True
 
-    def _promote(self, oid, blob):
-        del self._probation[oid]
-        self._protected[oid] = blob
-        self._protected_size += len(blob) + _FIXED_COST
-        if self._protected_size > self._protected_limit():
-            self._demote()
-        # The protected dict's table may have doubled.
-        tables = self._tables()
-        if self._size + tables > self._entry_limit:
-            self._evict(tables)
-
     def _demote(self):
+        """Bring the protected queue's entries back within their share.
+
+        Its oldest entry, if read since the queue last passed it, goes
+        round again with its flag cleared; if not, it moves to probation's
+        young end.  Each entry goes round at most once per call."""
+        entries = self._entries
         protected = self._protected
         probation = self._probation
-        while self._protected_size > self._protected_limit():
-            oid, blob = protected.popitem(last=False)
-            self._protected_size -= len(blob) + _FIXED_COST
-            probation[oid] = blob
+        limit = self._protected_limit()
+        while self._protected_size > limit and protected:
+            oid = protected.popleft()
+            blob = entries[oid]
+            flags = blob[_FLAGS]
+            if flags & _REFERENCED:
+                entries[oid] = _reflagged(blob, flags & ~_REFERENCED)
+                protected.append(oid)
+            else:
+                entries[oid] = _reflagged(blob, flags & ~_PROTECTED)
+                self._protected_size -= len(blob) + _FIXED_COST
+                probation.append(oid)
+        # The queues may have taken or freed a block.
+        self._tables()
 
     def _evict(self, tables=None):
-        """Evict until within the limit; ``tables``: the dicts' size if
-        just measured."""
+        """Evict until within the limit; ``tables``: the dict's and the
+        queues' size if just measured.
+
+        Probation's oldest entry moves to the protected queue if it was
+        read since it joined (or was demoted), else it is evicted; with
+        probation empty, the protected queue's oldest is evicted."""
+        entries = self._entries
         probation = self._probation
-        watch = self._evicted is not None
         protected = self._protected
+        watch = self._evicted is not None
         limit = self._entry_limit
         if tables is None:
-            tables = _sizeof(probation) + _sizeof(protected)
+            tables = self._tables()
         while self._size + tables > limit:
             if probation:
-                oid, blob = probation.popitem(last=False)
+                oid = probation.popleft()
+                blob = entries[oid]
+                flags = blob[_FLAGS]
+                if flags & _REFERENCED:
+                    entries[oid] = _reflagged(
+                        blob, flags & ~_REFERENCED | _PROTECTED)
+                    protected.append(oid)
+                    self._protected_size += len(blob) + _FIXED_COST
+                    if self._protected_size > self._protected_limit():
+                        self._demote()
+                    # A queue may have taken a new block.
+                    tables = self._tables()
+                    continue
             elif protected:
-                oid, blob = protected.popitem(last=False)
+                oid = protected.popleft()
+                blob = entries[oid]
                 self._protected_size -= len(blob) + _FIXED_COST
             else:
                 break
+            del entries[oid]
             self._size -= len(blob) + _FIXED_COST
             if watch:
                 self._note_evicted(oid)
-            tables = _sizeof(probation) + _sizeof(protected)
+            if self._size + tables > limit:
+                # Popping may have freed a block of a queue (the dict never
+                # shrinks): measured only when it decides another eviction.
+                tables = self._tables()
         self._known_tables = tables
 
 
