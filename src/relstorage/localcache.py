@@ -107,6 +107,7 @@ _FLAGS = _META_SIZE - 1             # the flags' offset
 _unpack_meta = _META.unpack_from
 _pack_meta = _META.pack
 _LIVE, _ZIPPED, _DELETED_STATE = 1, 2, 4
+_NOT_AS_IS = _ZIPPED | _DELETED_STATE   # the payload is not the state
 # Where an entry stands in the eviction order: read since the queue last
 # passed it; in the protected queue (else in probation).
 _REFERENCED, _PROTECTED = 8, 16
@@ -115,7 +116,25 @@ _FIXED_COST = ENTRY_OVERHEAD - _META_SIZE
 #: What restoring a saved cache plans per entry for the dict's and the
 #: queues' growth.
 _TABLE_ALLOWANCE = 72
-_sizeof = sys.getsizeof
+
+def _deque_block():
+    """The size of a deque's block of oids, as its ``__sizeof__`` grows."""
+    queue = deque()
+    empty = queue.__sizeof__()
+    while queue.__sizeof__() == empty:
+        queue.append(None)
+    return queue.__sizeof__() - empty
+
+
+#: What ``__sizeof__`` leaves out of the dict and the two queues: the
+#: garbage collector's header of each (``sys.getsizeof`` adds it).
+_GC_HEADS = 3 * (sys.getsizeof({}) - {}.__sizeof__())
+#: A deque keeps up to 16 emptied blocks for reuse (CPython's
+#: MAXFREEBLOCKS), which neither ``__sizeof__`` nor ``sys.getsizeof``
+#: counts: tracemalloc saw 9,240 bytes held by an emptied deque whose
+#: ``sys.getsizeof`` was 760.  Each queue is charged for as many as it may
+#: hold: the blocks it had at its largest and no longer uses, at most 16.
+_SPARE_BLOCKS = 16 * _deque_block()
 #: A dict larger than this many bytes per key is rebuilt.  Under churn (a
 #: key deleted for each one added) CPython grows a dict to three times its
 #: keys when its table fills with deleted slots: a full 10 MB cache's dict
@@ -181,6 +200,7 @@ class LocalCache:
         self._entries = {}
         self._probation = deque()       # oids, oldest first
         self._protected = deque()
+        self._probation_peak = self._protected_peak = 0
         self._tables()
         self._size = 0
         self._protected_size = 0
@@ -232,11 +252,17 @@ class LocalCache:
                     flags & _LIVE and snapshot <= self._horizon))):
                 self.misses += 1
                 return None
+            self.hits += 1
+            if not flags & _NOT_AS_IS:
+                state = blob[_META_SIZE:]
+                if not flags & _REFERENCED:
+                    # Same length: the accounting holds.
+                    self._entries[oid] = _pack_meta(
+                        tid, known, flags | _REFERENCED) + state
+                return state, tid
             if not flags & _REFERENCED:
-                # Same length: the accounting holds.
                 self._entries[oid] = _reheaded(blob, tid, known,
                                                flags | _REFERENCED)
-            self.hits += 1
         return _payload(blob, flags), tid
 
     def get_before(self, oid, before, snapshot):
@@ -284,7 +310,9 @@ class LocalCache:
                 if self._merge(oid, tid, snapshot, horizon is not None
                                and snapshot >= horizon):
                     return
-        stored, zipped = self._pack(state)
+            stored, zipped = self._pack(state)
+        else:
+            stored, zipped = state, False
         with self._lock:
             horizon = self._horizon
             self._put(oid, tid, stored, zipped, snapshot,
@@ -497,7 +525,7 @@ class LocalCache:
                 len(stored) + ENTRY_OVERHEAD)
         entries = self._entries
         old = entries.get(oid)
-        if cost > self._entry_limit or self._merge_into(
+        if cost > self._entry_limit or old is not None and self._merge_into(
                 old, oid, tid, known, live):
             return
         if live:
@@ -507,12 +535,16 @@ class LocalCache:
             if stored is not None:
                 blob += stored
             entries[oid] = blob
-            self._probation.append(oid)
+            probation = self._probation
+            probation.append(oid)
             self._size += cost
-            # The one place where the dict and the queues grow.
-            if _sizeof(entries) > _SPARSE_DICT * len(entries) + 1024:
+            # The one place where the dict and the queues grow (the
+            # measure written out: sys.getsizeof costs three times more).
+            table = entries.__sizeof__()
+            if table > _SPARSE_DICT * len(entries) + 1024:
                 self._entries = entries = {k: v for k, v in entries.items()}
-            tables = self._tables()
+                table = entries.__sizeof__()
+            tables = self._tables(table)
             if self._size + tables > self._entry_limit:
                 if not self._admit(oid):
                     # Refused: counted as evicted, so that the loop goes on
@@ -549,11 +581,31 @@ class LocalCache:
         dict and the queues leave of the limit (as last measured)."""
         return PROTECTED_SHARE * (self._entry_limit - self._known_tables)
 
-    def _tables(self):
-        """Bytes held by the dict and the two queues."""
+    def _tables(self, table=None):
+        """Bytes held by the dict and the two queues; ``table``: the
+        dict's ``__sizeof__()`` if just taken.  (``__sizeof__`` written
+        out: ``sys.getsizeof`` costs three times more.)"""
+        if table is None:
+            table = self._entries.__sizeof__()
+        probation = self._probation.__sizeof__()
+        protected = self._protected.__sizeof__()
+        # The spare blocks: conditions, not min(), on the store's path.
+        spare = self._probation_peak - probation
+        if spare <= 0:
+            self._probation_peak = probation
+        elif spare > _SPARE_BLOCKS:
+            table += _SPARE_BLOCKS
+        else:
+            table += spare
+        spare = self._protected_peak - protected
+        if spare <= 0:
+            self._protected_peak = protected
+        elif spare > _SPARE_BLOCKS:
+            table += _SPARE_BLOCKS
+        else:
+            table += spare
         self._known_tables = tables = (
-            _sizeof(self._entries) + _sizeof(self._probation)
-            + _sizeof(self._protected))
+            table + probation + protected + _GC_HEADS)
         return tables
 
     def _admit(self, oid):
