@@ -14,6 +14,7 @@ Every wait is bounded by ``lock_timeout`` (commit-lock-timeout).
 from relstorage.adapters.locks import RowLocker
 
 from .connection import LOCK_NOT_AVAILABLE
+from .drivers import oid_array
 
 
 class PostgreSQLLocker(RowLocker):
@@ -27,11 +28,11 @@ class PostgreSQLLocker(RowLocker):
         FOR UPDATE"""
 
     def _lock_objects(self, cursor, oids):
-        cursor.execute(self.LOCK_OBJECTS, (list(oids),))
+        cursor.execute(self.LOCK_OBJECTS, (oid_array(oids),))
         return dict(cursor.fetchall())
 
     def _lock_read_current(self, cursor, oids):
-        cursor.execute(self.LOCK_READ_CURRENT, (list(oids),))
+        cursor.execute(self.LOCK_READ_CURRENT, (oid_array(oids),))
         return dict(cursor.fetchall())
 
     def _lock_refused(self, error):
@@ -45,12 +46,12 @@ class HistoryPreservingLocker(PostgreSQLLocker):
     # objects: 4 ms for a one-object commit).
     LOCK_OBJECTS = """
         SELECT zoid, tid FROM current_object
-        WHERE zoid = ANY(%s)
+        WHERE zoid = ANY(%s::bigint[])
         ORDER BY zoid
         FOR UPDATE"""
     LOCK_READ_CURRENT = """
         SELECT zoid, tid FROM current_object
-        WHERE zoid = ANY(%s)
+        WHERE zoid = ANY(%s::bigint[])
         ORDER BY zoid
         FOR SHARE NOWAIT"""
 
@@ -58,11 +59,11 @@ class HistoryPreservingLocker(PostgreSQLLocker):
 class HistoryFreeLocker(PostgreSQLLocker):
     LOCK_OBJECTS = """
         SELECT zoid, tid FROM object_state
-        WHERE zoid = ANY(%s)
+        WHERE zoid = ANY(%s::bigint[])
         ORDER BY zoid
         FOR UPDATE"""
     LOCK_READ_CURRENT = """
         SELECT zoid, tid FROM object_state
-        WHERE zoid = ANY(%s)
+        WHERE zoid = ANY(%s::bigint[])
         ORDER BY zoid
         FOR SHARE NOWAIT"""

@@ -1,19 +1,21 @@
 """Reading and writing object states in PostgreSQL (the object-mover role).
 
 Staged rows reach the server with COPY in binary format (one round trip
-for the whole batch); lists of oids travel as one array parameter.
+for the whole batch); lists of oids travel as one array parameter
+(see ``oid_array``).
 """
 from relstorage.adapters.objects import ObjectMover
 from relstorage.adapters.objects import _bytes
 
 from .drivers import Prepared
+from .drivers import oid_array
 
 TEMP_COLUMNS = ('zoid', 'prev_tid', 'state', 'state_size', 'data_txn', 'ord')
 
 
 class _PostgreSQLMover(ObjectMover):
     PARAM = '%s'
-    DELETE_TEMP = 'DELETE FROM temp_store WHERE zoid = ANY(%s)'
+    DELETE_TEMP = 'DELETE FROM temp_store WHERE zoid = ANY(%s::bigint[])'
     REPLACE_TEMP = """
         UPDATE temp_store SET prev_tid = %s, state = %s, state_size = %s,
             data_txn = 0
@@ -52,17 +54,17 @@ class _PostgreSQLMover(ObjectMover):
 
     def load_currents(self, cursor, oids):
         self.driver.execute_prepared(
-            cursor, self._load_currents, (list(oids),))
+            cursor, self._load_currents, (oid_array(oids),))
         return {oid: (_bytes(state), tid)
                 for oid, state, tid in cursor.fetchall()}
 
     def current_tids(self, cursor, oids):
-        cursor.execute(self.CURRENT_TIDS, (list(oids),))
+        cursor.execute(self.CURRENT_TIDS, (oid_array(oids),))
         return dict(cursor.fetchall())
 
     def upload_temp(self, cursor, rows, replace=()):
         if replace:
-            cursor.execute(self.DELETE_TEMP, (list(replace),))
+            cursor.execute(self.DELETE_TEMP, (oid_array(replace),))
         self.driver.copy_in(cursor, 'temp_store', TEMP_COLUMNS, [
             (oid, prev_tid, state, 0 if state is None else len(state),
              data_txn, ord_)
@@ -80,7 +82,7 @@ class HistoryPreservingMover(_PostgreSQLMover):
         SELECT o.zoid, o.state, o.tid
         FROM current_object c
         JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
-        WHERE c.zoid = ANY(%s)"""
+        WHERE c.zoid = ANY(%s::bigint[])"""
     LOAD_REVISION = 'SELECT state FROM object_state WHERE zoid = %s AND tid = %s'
     LOAD_BEFORE = """
         SELECT state, tid FROM object_state
@@ -91,7 +93,9 @@ class HistoryPreservingMover(_PostgreSQLMover):
         WHERE zoid = %s AND tid > %s
         ORDER BY tid LIMIT 1"""
     EXISTS = 'SELECT 1 FROM object_state WHERE zoid = %s LIMIT 1'
-    CURRENT_TIDS = 'SELECT zoid, tid FROM current_object WHERE zoid = ANY(%s)'
+    CURRENT_TIDS = '''
+        SELECT zoid, tid FROM current_object
+        WHERE zoid = ANY(%s::bigint[])'''
     # A scalar sub-query per staged row is an index lookup each; a join
     # with the staging table (which has no statistics) was planned as a
     # scan of current_object.
@@ -133,13 +137,16 @@ class HistoryFreeMover(_PostgreSQLMover):
 
     LOAD_CURRENT = 'SELECT state, tid FROM object_state WHERE zoid = %s'
     LOAD_CURRENTS = (
-        'SELECT zoid, state, tid FROM object_state WHERE zoid = ANY(%s)')
+        'SELECT zoid, state, tid FROM object_state '
+        'WHERE zoid = ANY(%s::bigint[])')
     LOAD_REVISION = 'SELECT state FROM object_state WHERE zoid = %s AND tid = %s'
     LOAD_BEFORE = (
         'SELECT state, tid FROM object_state WHERE zoid = %s AND tid < %s')
     NEXT_REVISION = 'SELECT tid FROM object_state WHERE zoid = %s AND tid > %s'
     EXISTS = 'SELECT 1 FROM object_state WHERE zoid = %s'
-    CURRENT_TIDS = 'SELECT zoid, tid FROM object_state WHERE zoid = ANY(%s)'
+    CURRENT_TIDS = '''
+        SELECT zoid, tid FROM object_state
+        WHERE zoid = ANY(%s::bigint[])'''
     DETECT_CONFLICTS = """
         SELECT zoid, committed, prev_tid, state FROM (
             SELECT t.zoid, t.prev_tid, t.state,
