@@ -306,3 +306,15 @@ def test_oid_blocks_reserved_in_one_call_are_unique(open_storage):
     assert len(set(first)) == len(first) == 3 * block
     assert first == sorted(first)
     assert len(second) == block and min(second) > max(first)
+
+
+def test_oid_lists_written_into_statements_are_ints_only():
+    # PostgreSQL gets lists of oids as one array literal, MySQL as the text
+    # of IN (...): both are made by our code, from ints only.
+    from relstorage.adapters.mysql.objects import in_list
+    from relstorage.adapters.postgresql.drivers import oid_array
+    assert oid_array([3, 1, 2 ** 63 - 1]) == '{3,1,9223372036854775807}'
+    assert oid_array([]) == '{}'
+    assert in_list([5, 7]) == '5,7'
+    with pytest.raises(TypeError, match="oid '1' is not an int"):
+        in_list([5, '1'])

