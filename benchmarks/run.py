@@ -286,16 +286,25 @@ def write_metrics(write):
     return out
 
 
-def median_of(runs, phase, field='rate', scale=1):
+def best_of(runs, phase, field='rate', scale=1, lowest=False):
+    """The best figure of one phase over fresh processes: the highest rate,
+    or with ``lowest`` the lowest time.  The read figures of one
+    implementation fall into two groups a factor of up to 1.8 apart from
+    one process to the next, both sides alike (the machine's, not the
+    code's: see docs/performance.rst); a median of two or three then says
+    which group most processes fell into, the best says what the code
+    costs."""
     values = [r['phases'][phase][field] * scale for r in runs]
-    return statistics.median(values) if values else None
+    if not values:
+        return None
+    return min(values) if lowest else max(values)
 
 
 def summarize(entry):
     """The figures of one implementation in one backend and mode: the
-    median of each write figure over the write runs, the median cold and
-    warm read over fresh processes, the best hot read, the medians of the
-    prefetch and single-load processes, the multi-process aggregates."""
+    median of each write figure over the write runs, the best cold, warm
+    and hot read, prefetch and single load over fresh processes, the
+    multi-process aggregates."""
     out = {}
     per_run = [write_metrics(w) for w in entry['writes']]
     for key in dict.fromkeys(k for m in per_run for k in m):
@@ -304,15 +313,15 @@ def summarize(entry):
             out[key] = statistics.median(values)
     reads = entry['reads']
     if reads:
-        out['cold_read'] = median_of(reads, 'cold_read')
-        out['warm_read'] = median_of(reads, 'warm_read')
+        out['cold_read'] = best_of(reads, 'cold_read')
+        out['warm_read'] = best_of(reads, 'warm_read')
         out['hot_read'] = max(r['phases']['hot_read']['rate'] for r in reads)
     if entry['prefetch']:
-        out['prefetch'] = median_of(entry['prefetch'], 'prefetch')
+        out['prefetch'] = best_of(entry['prefetch'], 'prefetch')
     if entry['single']:
-        out['load_single'] = median_of(entry['single'], 'load_single')
-        out['load_single_p50'] = median_of(entry['single'], 'load_single',
-                                           'p50', 1000)
+        out['load_single'] = best_of(entry['single'], 'load_single')
+        out['load_single_p50'] = best_of(entry['single'], 'load_single',
+                                         'p50', 1000, lowest=True)
     for key, phase in entry.get('mp', {}).get('phases', {}).items():
         out[key] = phase['rate']
     return out
@@ -637,10 +646,10 @@ def make_report(args, env, results, floors, others):
         lines += [f'NOTE: {mariadb_patch.DESCRIPTION}', '']
     lines += [
         f'{args.objects} objects; write figures: median of {args.repeat} '
-        f'runs on fresh databases; cold and warm read: median of '
+        f'runs on fresh databases; cold and warm read: best of '
         f'{args.repeat} fresh processes; hot read: best of '
         f'{args.repeat * args.hot_repeat}; prefetch and single loads: '
-        f'median of {args.extra_repeat} fresh processes; '
+        f'best of {args.extra_repeat} fresh processes; '
         f'{args.latency_commits} small commits; {args.processes} processes '
         f'x {args.mp_objects // max(args.processes, 1)} objects; SQLite '
         f'synchronous: {args.sqlite_synchronous}; cache-local-mb: '
