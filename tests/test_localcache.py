@@ -14,7 +14,7 @@ from relstorage.localcache import ENTRY_OVERHEAD
 from relstorage.localcache import LocalCache
 from relstorage.localcache import NullCache
 from relstorage.localcache import make_cache
-from relstorage.localcache import read_file
+from relstorage.cachefile import read_file
 
 BIG = 1 << 30
 
@@ -657,7 +657,7 @@ def test_read_file_rejects_bad_files(tmp_path, caplog, damage):
     else:
         with open(path, 'wb') as f:
             f.write(data)
-    with caplog.at_level(logging.WARNING, logger='relstorage.localcache'):
+    with caplog.at_level(logging.WARNING, logger='relstorage.cachefile'):
         assert read_file(path, identity) is None
     assert any('Ignoring persistent cache file' in r.getMessage()
                for r in caplog.records)

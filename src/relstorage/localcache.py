@@ -47,17 +47,15 @@ rest of what it holds: the loop then hits in the share of the objects that
 fit.  New entries that were not evicted before (the application moved on)
 end that state after a few dozen loads.
 """
-import logging
-import os
 import struct
 import sys
-import tempfile
 import threading
 import zlib
 from collections import deque
 from itertools import chain
 
-log = logging.getLogger(__name__)
+from relstorage.cachefile import identity_bytes
+from relstorage.cachefile import write_file
 
 #: Bytes charged per entry on top of its stored state, outside the dict
 #: and the queues: the header (17), the bytes object's own (33), the oid
@@ -86,18 +84,6 @@ COMPRESS_MIN = 128
 #: to 16 KiB.  zlib's defaults allocate ~256 KiB per call, which glibc may
 #: serve by mmap each time: a 250-byte pickle then took 55 us, not 3.5 us.
 _ZLIB_ARGS = (1, zlib.DEFLATED, 14, 4)
-
-# The file: _HEAD, the identity in UTF-8, _HORIZON, then per entry a _RECORD
-# and its payload, then the CRC-32 of everything before it.  No pickles, so
-# loading a file cannot run code.
-_MAGIC = b'RSLCACHE'
-_VERSION = 1
-_HEAD = struct.Struct('>8sHH')      # magic, version, identity length
-_HORIZON = struct.Struct('>QQ')     # saved horizon, number of records
-_RECORD = struct.Struct('>QQBI')    # oid, tid, kind, payload length
-_CRC = struct.Struct('>I')
-_RAW, _ZLIB, _DELETED = 0, 1, 2
-
 
 # An entry's header: tid, known (the last snapshot through which the
 # revision is known current), flags.
@@ -414,9 +400,7 @@ class LocalCache:
         entries were written; writes nothing and returns 0 when the
         horizon is None.  Raises OSError when the file cannot be written,
         ValueError when ``identity`` is longer than 65535 bytes in UTF-8."""
-        name = identity.encode('utf-8')
-        if len(name) > 0xFFFF:
-            raise ValueError('cache file identity longer than 65535 bytes')
+        name = identity_bytes(identity)
         with self._lock:
             horizon = self._horizon
             if horizon is None:
@@ -436,38 +420,15 @@ class LocalCache:
                  read if flags & _REFERENCED else unread).append(
                     (oid, tid, flags, blob))
             records = kept + read + unread
-        parts = [_HEAD.pack(_MAGIC, _VERSION, len(name)), name,
-                 _HORIZON.pack(horizon, len(records))]
-        append = parts.append
-        pack = _RECORD.pack
-        for oid, tid, flags, blob in records:
-            if flags & _DELETED_STATE:
-                append(pack(oid, tid, _DELETED, 0))
-            else:
-                append(pack(oid, tid, _ZLIB if flags & _ZIPPED else _RAW,
-                            len(blob) - _META_SIZE))
-                append(memoryview(blob)[_META_SIZE:])
-        body = b''.join(parts)
-        directory, base = os.path.split(os.path.abspath(path))
-        fd, temp = tempfile.mkstemp(prefix=base + '.', suffix='.tmp',
-                                    dir=directory)
-        try:
-            with os.fdopen(fd, 'wb') as f:
-                f.write(body)
-                f.write(_CRC.pack(zlib.crc32(body)))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temp, path)
-        except BaseException:
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
-            raise
+        write_file(path, name, horizon, len(records), (
+            (oid, tid, None if flags & _DELETED_STATE
+             else memoryview(blob)[_META_SIZE:], flags & _ZIPPED)
+            for oid, tid, flags, blob in records))
         return len(records)
 
     def restore(self, saved_horizon, entries, current_tid, changed_oids):
-        """Fill the cache from :func:`read_file`'s result.
+        """Fill the cache from :func:`relstorage.cachefile.read_file`'s
+        result.
 
         ``changed_oids`` must hold every oid changed in
         ``(saved_horizon, current_tid]``; their entries are dropped, the
@@ -789,70 +750,3 @@ def make_cache(limit_bytes, object_max=16384, compression='none'):
     0.  Raises ValueError for a negative size or an unknown compression."""
     cache = LocalCache(limit_bytes, object_max, compression)
     return cache if limit_bytes else NullCache()
-
-
-class _BadFile(Exception):
-    pass
-
-
-def read_file(path, identity):
-    """``(saved_horizon, [(oid, tid, state), ...])`` from a file written by
-    :meth:`LocalCache.save` for ``identity``, most valuable first.
-
-    Returns None, never raising, when the file is missing, unreadable,
-    damaged, truncated, of another format version or another identity;
-    all but a missing file are logged as warnings."""
-    try:
-        with open(path, 'rb') as f:
-            data = f.read()
-    except FileNotFoundError:
-        log.debug('No persistent cache file %s', path)
-        return None
-    except OSError as e:
-        log.warning('Ignoring persistent cache file %s: %s', path, e)
-        return None
-    try:
-        return _parse(data, identity)
-    except (_BadFile, struct.error, zlib.error, UnicodeError) as e:
-        log.warning('Ignoring persistent cache file %s: %s', path, e)
-        return None
-
-
-def _parse(data, identity):
-    if len(data) < _HEAD.size + _HORIZON.size + _CRC.size:
-        raise _BadFile('too short')
-    magic, version, name_len = _HEAD.unpack_from(data)
-    if magic != _MAGIC:
-        raise _BadFile('not a cache file')
-    if version != _VERSION:
-        raise _BadFile(f'format version {version}, expected {_VERSION}')
-    end = len(data) - _CRC.size
-    if zlib.crc32(memoryview(data)[:end]) != _CRC.unpack_from(data, end)[0]:
-        raise _BadFile('checksum mismatch (truncated or damaged)')
-    pos = _HEAD.size
-    name = data[pos:pos + name_len].decode('utf-8')
-    if name != identity:
-        raise _BadFile(f'written for {name!r}, not {identity!r}')
-    horizon, count = _HORIZON.unpack_from(data, pos + name_len)
-    pos += name_len + _HORIZON.size
-    unpack = _RECORD.unpack_from
-    step = _RECORD.size
-    decompress = zlib.decompress
-    entries = []
-    append = entries.append
-    for _ in range(count):
-        oid, tid, kind, length = unpack(data, pos)
-        pos += step
-        if kind == _DELETED:
-            state = None
-        else:
-            state = data[pos:pos + length]
-            pos += length
-            if kind == _ZLIB:
-                state = decompress(state)
-            elif kind != _RAW:
-                raise _BadFile(f'unknown record kind {kind}')
-        append((oid, tid, state))
-    if pos != end:
-        raise _BadFile('record lengths do not add up')
-    return horizon, entries

@@ -1,0 +1,135 @@
+"""The file of the persistent local cache (``cache-local-dir``).
+
+:meth:`relstorage.localcache.LocalCache.save` writes one with
+:func:`write_file`; the storage reads it back with :func:`read_file` when
+it opens (``relstorage.persistentcache``).
+"""
+import logging
+import os
+import struct
+import tempfile
+import zlib
+
+log = logging.getLogger(__name__)
+
+# The file: _HEAD, the identity in UTF-8, _HORIZON, then per entry a _RECORD
+# and its payload, then the CRC-32 of everything before it.  No pickles, so
+# loading a file cannot run code.
+_MAGIC = b'RSLCACHE'
+_VERSION = 1
+_HEAD = struct.Struct('>8sHH')      # magic, version, identity length
+_HORIZON = struct.Struct('>QQ')     # saved horizon, number of records
+_RECORD = struct.Struct('>QQBI')    # oid, tid, kind, payload length
+_CRC = struct.Struct('>I')
+_RAW, _ZLIB, _DELETED = 0, 1, 2
+
+
+def identity_bytes(identity):
+    """``identity`` (a str naming the database) as written in a file;
+    raises ValueError when longer than 65535 bytes in UTF-8."""
+    name = identity.encode('utf-8')
+    if len(name) > 0xFFFF:
+        raise ValueError('cache file identity longer than 65535 bytes')
+    return name
+
+
+def write_file(path, name, horizon, count, records):
+    """Replace ``path`` atomically with a file of ``count`` ``records``,
+    each ``(oid, tid, payload, zipped)``: the payload None for a deleted
+    object, zlib's output when ``zipped``.  ``name`` comes from
+    :func:`identity_bytes`.  Raises OSError when the file cannot be
+    written; a crash leaves the previous file."""
+    parts = [_HEAD.pack(_MAGIC, _VERSION, len(name)), name,
+             _HORIZON.pack(horizon, count)]
+    append = parts.append
+    pack = _RECORD.pack
+    for oid, tid, payload, zipped in records:
+        if payload is None:
+            append(pack(oid, tid, _DELETED, 0))
+        else:
+            append(pack(oid, tid, _ZLIB if zipped else _RAW, len(payload)))
+            append(payload)
+    body = b''.join(parts)
+    directory, base = os.path.split(os.path.abspath(path))
+    fd, temp = tempfile.mkstemp(prefix=base + '.', suffix='.tmp',
+                                dir=directory)
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            f.write(body)
+            f.write(_CRC.pack(zlib.crc32(body)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+
+
+class _BadFile(Exception):
+    pass
+
+
+def read_file(path, identity):
+    """``(saved_horizon, [(oid, tid, state), ...])`` from a file written by
+    :func:`write_file` for ``identity``, most valuable first.
+
+    Returns None, never raising, when the file is missing, unreadable,
+    damaged, truncated, of another format version or another identity;
+    all but a missing file are logged as warnings."""
+    try:
+        with open(path, 'rb') as f:
+            data = f.read()
+    except FileNotFoundError:
+        log.debug('No persistent cache file %s', path)
+        return None
+    except OSError as e:
+        log.warning('Ignoring persistent cache file %s: %s', path, e)
+        return None
+    try:
+        return _parse(data, identity)
+    except (_BadFile, struct.error, zlib.error, UnicodeError) as e:
+        log.warning('Ignoring persistent cache file %s: %s', path, e)
+        return None
+
+
+def _parse(data, identity):
+    if len(data) < _HEAD.size + _HORIZON.size + _CRC.size:
+        raise _BadFile('too short')
+    magic, version, name_len = _HEAD.unpack_from(data)
+    if magic != _MAGIC:
+        raise _BadFile('not a cache file')
+    if version != _VERSION:
+        raise _BadFile(f'format version {version}, expected {_VERSION}')
+    end = len(data) - _CRC.size
+    if zlib.crc32(memoryview(data)[:end]) != _CRC.unpack_from(data, end)[0]:
+        raise _BadFile('checksum mismatch (truncated or damaged)')
+    pos = _HEAD.size
+    name = data[pos:pos + name_len].decode('utf-8')
+    if name != identity:
+        raise _BadFile(f'written for {name!r}, not {identity!r}')
+    horizon, count = _HORIZON.unpack_from(data, pos + name_len)
+    pos += name_len + _HORIZON.size
+    unpack = _RECORD.unpack_from
+    step = _RECORD.size
+    decompress = zlib.decompress
+    entries = []
+    append = entries.append
+    for _ in range(count):
+        oid, tid, kind, length = unpack(data, pos)
+        pos += step
+        if kind == _DELETED:
+            state = None
+        else:
+            state = data[pos:pos + length]
+            pos += length
+            if kind == _ZLIB:
+                state = decompress(state)
+            elif kind != _RAW:
+                raise _BadFile(f'unknown record kind {kind}')
+        append((oid, tid, state))
+    if pos != end:
+        raise _BadFile('record lengths do not add up')
+    return horizon, entries
