@@ -21,8 +21,9 @@ Memory.  An entry is one bytes object, a 17-byte header (tid, known,
 flags) followed by the stored state, kept in one dict by oid: no object
 per entry beyond the bytes and the oid.  Each entry costs the length of its
 stored payload plus :data:`ENTRY_OVERHEAD`, and the dict and the two queues
-below count for what ``sys.getsizeof`` says they hold; the sum never
-exceeds ``limit_bytes`` after a call.
+below count for what they hold (their ``sys.getsizeof`` and the blocks a
+deque keeps for reuse); the sum never exceeds ``limit_bytes`` after a
+call.
 
 Eviction is a segmented LRU approximated the way CLOCK approximates LRU,
 so that a hit only sets a flag and no link list is kept per entry.  Each
@@ -60,9 +61,9 @@ from relstorage.cachefile import write_file
 #: Bytes charged per entry on top of its stored state, outside the dict
 #: and the queues: the header (17), the bytes object's own (33), the oid
 #: int (32) and the allocator's rounding (up to 15).  The dict and the
-#: queues are counted as they are, with ``sys.getsizeof``: their share per
-#: entry moves between about 36 and 70 bytes as the dict's table doubles
-#: (see _SPARSE_DICT).
+#: queues are counted as they are (``_tables``): their share per entry
+#: moves between about 36 and 70 bytes as the dict's table doubles (see
+#: _SPARSE_DICT).
 #: tracemalloc on CPython 3.11 found the memory used within the limit in
 #: full caches under churn (tests/test_localcache.py checks 2 MB).
 ENTRY_OVERHEAD = 90
@@ -588,8 +589,6 @@ class LocalCache:
         return self._evicted is not None and self._loop_score >= 128
 
     def _note_evicted(self, oid):
-        if self._evicted is None:
-            return
         if self._evicted_count >= self._evicted_room:
             self._evicted = bytearray(len(self._evicted))
             self._evicted_count = 0
