@@ -328,6 +328,49 @@ def test_read_ahead_brings_the_siblings_of_a_second_miss(
     db.close()
 
 
+def test_read_ahead_goes_on_below_a_container_the_cache_answered(
+        open_storage, monkeypatch):
+    """Depth first through a folder of three sub-folders of ten children:
+    the second sub-folder's miss brings the third into the cache, so the
+    third is a cache hit when its turn comes; its children are read ahead
+    all the same (they were loaded one by one, a round trip each)."""
+    writer = open_storage()
+    db = ZODB.DB(writer)
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    folder = conn.root()['folder'] = PersistentMapping()
+    for i in range(3):
+        sub = folder[i] = PersistentMapping()
+        for j in range(10):
+            sub[j] = PersistentMapping(v=10 * i + j)
+    tm.commit()
+    subs = [(folder[i]._p_oid, [folder[i][j]._p_oid for j in range(10)])
+            for i in range(3)]
+    folder_oid = folder._p_oid
+    conn.close()
+    db.close()
+    # A new storage, so that its cache (on, the default) starts empty.
+    storage = open_storage()
+    reader = storage.new_instance()
+    reader.poll_invalidations()
+    calls = _count_calls(monkeypatch, storage._adapter.mover)
+    reader.load(folder_oid)
+    values = []
+    for sub, children in subs:
+        reader.load(sub)
+        values += [_value(reader, oid)[0] for oid in children]
+    assert values == list(range(30))
+    assert len(storage._cache) == 34
+    if storage._adapter.capabilities.network_round_trips:
+        # Alone: the folder, the first sub-folder and the first child of
+        # each; together: the other two sub-folders, then the rest of
+        # each sub-folder's children.
+        assert calls == {'load_current': 5, 'load_currents': 4}
+    else:
+        assert calls == {'load_current': 34, 'load_currents': 0}
+    reader.release()
+
+
 def test_one_child_of_a_container_loads_nothing_more(
         open_storage, monkeypatch):
     storage = open_storage(cache_local_mb=0)

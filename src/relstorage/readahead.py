@@ -7,7 +7,16 @@ transaction that touches one child of a container loads nothing extra);
 the second brings the members not loaded yet along, in one query.  The
 storage does the loading (``RelStorage._read_ahead``); this module only
 keeps the families.
+
+A state served by the storage's cache names a family too: a bucket that
+came in with its siblings is a cache hit when its turn comes, and its
+items must still be read ahead.  Parsing the references of every hit
+would tax warm reads, which never miss, so hits that may refer to others
+are only queued (the last ``DEFERRED`` of them) and parsed at the next
+miss.
 """
+from collections import deque
+
 from ZODB.serialize import referencesf
 from ZODB.utils import u64
 
@@ -15,6 +24,9 @@ from ZODB.utils import u64
 FAMILY_MAX = 256
 #: At most this many children are remembered per transaction.
 MEMORY = 100000
+#: How many cache hits with references wait for the next miss.  A miss is
+#: usually a child of a container loaded a few loads before.
+DEFERRED = 16
 
 
 class Families:
@@ -22,12 +34,20 @@ class Families:
 
     def __init__(self):
         self._families = {}     # child oid -> [siblings, misses]
+        self._deferred = deque(maxlen=DEFERRED)
 
     def __bool__(self):
-        return bool(self._families)
+        return bool(self._families) or bool(self._deferred)
 
     def clear(self):
         self._families.clear()
+        self._deferred.clear()
+
+    def note_later(self, state):
+        """Remember ``state``'s family when the next miss asks (a cache
+        hit: most never will)."""
+        if state and b'Q' in state:
+            self._deferred.append(state)
 
     def note(self, state):
         """Remember the objects ``state`` refers to as one family."""
@@ -48,6 +68,9 @@ class Families:
     def siblings(self, oid):
         """The whole family of ``oid`` (forgotten from now on) if this is
         the second miss in it; None otherwise."""
+        deferred = self._deferred
+        while deferred:
+            self.note(deferred.popleft())
         family = self._families.get(oid)
         if family is None:
             return None

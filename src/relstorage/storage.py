@@ -326,6 +326,10 @@ class RelStorage(ConflictResolvingStorage):
                 if self._prefetched:
                     # Read ahead or prefetched, and cached: not needed twice.
                     self._prefetched.pop(oid_int, None)
+                if self._read_ahead_on:
+                    # A bucket read ahead with its siblings is a hit now;
+                    # its own items are still to come.
+                    self._families.note_later(row[0])
             else:
                 row = self._prefetched.pop(oid_int, None)
                 if row is None and self._families:
