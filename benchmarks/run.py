@@ -457,8 +457,9 @@ def parse_args(argv):
                         help='a small run: a smoke test, not a measurement')
     parser.add_argument('--repeat', type=int,
                         help='write runs (each on a fresh database) and '
-                        'read processes per implementation; medians are '
-                        'reported (default 3, 1 with --quick)')
+                        'read processes per implementation; writes report '
+                        'the median run, reads the best process (default 3, '
+                        '1 with --quick)')
     parser.add_argument('--extra-repeat', type=int,
                         help='prefetch and single-load processes per '
                         'implementation (default 2, 1 with --quick)')
