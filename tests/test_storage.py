@@ -171,6 +171,72 @@ def test_large_transaction_is_staged_in_parts(open_storage, monkeypatch):
     assert zodb_unpickle(storage.load(oids[7])[0]) == MinPO(7)
 
 
+def test_small_commits_skip_the_staging_table_where_it_costs_more(
+        open_storage, monkeypatch):
+    """PostgreSQL (``inline_limit``) sends a small commit's rows with the
+    last step instead of staging them; a commit past the limit, and every
+    commit on the other databases, is staged.  Either way the states
+    (every byte value, a deletion) arrive, in store order."""
+    storage = open_storage()
+    mover = storage._adapter.mover
+    staged = []
+    upload = mover.upload_temp
+
+    def counting(cursor, rows, replace=()):
+        staged.append(len(rows))
+        return upload(cursor, rows, replace)
+    monkeypatch.setattr(mover, 'upload_temp', counting)
+    limit = storage._adapter.txncontrol.inline_limit
+    small = 5
+    large = limit[0] + 1 if limit else 6
+    oids = [storage.new_oid() for _ in range(large)]
+    binary = bytes(range(256))
+
+    def commit(values, serials, delete=None):
+        t = TransactionMetaData()
+        storage.tpc_begin(t)
+        # Stored in reverse oid order: the order the iterator gives back.
+        for oid in reversed(oids[:len(values)]):
+            if oid == delete:
+                storage.deleteObject(oid, serials[oid], t)
+            else:
+                storage.store(oid, serials.get(oid, z64),
+                              zodb_pickle(MinPO(values[oid])), '', t)
+        storage.tpc_vote(t)
+        tid = storage.tpc_finish(t)
+        return {oid: tid for oid in oids[:len(values)]}
+
+    values = {oid: binary + bytes([i % 256]) for i, oid in enumerate(oids)}
+    serials = commit({oid: values[oid] for oid in oids[:small]}, {})
+    assert staged == ([] if limit else [small])
+    for oid in oids[:small]:
+        data, serial = storage.load(oid)
+        assert zodb_unpickle(data) == MinPO(values[oid])
+        assert serial == serials[oid]
+    if storage._options.keep_history:
+        records = list(storage.iterator(serials[oids[0]]))[0]
+        assert [r.oid for r in records] == list(reversed(oids[:small]))
+    # One row more than the limit: staged.
+    del staged[:]
+    serials = commit(values, serials)
+    assert staged == [large]
+    if limit:
+        # Two objects, but more pickle bytes than the limit: staged.
+        del staged[:]
+        big = {oid: b'x' * (limit[1] // 2) for oid in oids[:2]}
+        serials.update(commit(big, serials))
+        assert staged == [2]
+        assert zodb_unpickle(storage.load(oids[0])[0]) == MinPO(big[oids[0]])
+    # Small again, with a deletion among the changes.
+    del staged[:]
+    commit({oid: values[oid] for oid in oids[:small]}, serials,
+           delete=oids[1])
+    assert staged == ([] if limit else [small])
+    with pytest.raises(POSKeyError):
+        storage.load(oids[1])
+    assert zodb_unpickle(storage.load(oids[2])[0]) == MinPO(values[oids[2]])
+
+
 def _commit(storage, oid, serial, value):
     t = TransactionMetaData()
     storage.tpc_begin(t)

@@ -11,6 +11,11 @@ The path of a commit (see docs/architecture.rst):
 3. ``finish`` takes the commit lock, lets the database clock choose the
    transaction id, moves the staged rows into place and commits.  The
    commit lock is held only for that last step.
+
+Where the database says staging costs more than sending the rows with the
+last step (``inline_limit``), a small commit that never spilled uploads
+nothing at vote: its rows stay in memory, conflict resolution changes them
+there, and ``finish`` hands them to ``finish_and_commit``.
 """
 from ZODB.POSException import ConflictError
 from ZODB.POSException import ReadConflictError
@@ -67,6 +72,7 @@ class PendingTransaction:
         self._spilled = False
         self._uploaded = set()
         self._committed_states = None
+        self._inline = False     # rows go to finish_and_commit, not staged
 
     # -- phase 1 -------------------------------------------------------
 
@@ -136,7 +142,12 @@ class PendingTransaction:
         # upload() starts a new buffer; ``rows`` keeps the staged ones.
         rows = self._rows if not self._spilled else None
         memory = self.states() if rows is not None else None
-        self.upload()
+        limit = adapter.txncontrol.inline_limit
+        self._inline = (rows is not None and limit is not None
+                        and len(rows) <= limit[0]
+                        and self._buffered <= limit[1])
+        if not self._inline:
+            self.upload()
         locked, current = adapter.locker.lock_for_vote(
             cursor, sorted(self._order), sorted(self.read_current))
         self._check_requested_tid()
@@ -173,7 +184,10 @@ class PendingTransaction:
             resolved = storage.tryToResolveConflict(
                 p64(oid), p64(committed_tid), p64(prev_tid), state,
                 committed_state)
-            mover.replace_temp(cursor, oid, committed_tid, resolved)
+            if self._inline:
+                self._rows[oid] = (committed_tid, resolved, 0)
+            else:
+                mover.replace_temp(cursor, oid, committed_tid, resolved)
             if memory is not None:
                 memory[oid] = resolved
             self.resolved.append(p64(oid))
@@ -203,9 +217,18 @@ class PendingTransaction:
             or self.max_oid <= allocated_through))
         if simple and adapter.txncontrol.finish_and_commit is not None:
             # The database does the whole step in one call.
+            if not self._inline:
+                return adapter.txncontrol.finish_and_commit(
+                    cursor, self.user, self.description, self.extension,
+                    self.status)
+            # Without restores (not simple) the dict is in store order.
             return adapter.txncontrol.finish_and_commit(
                 cursor, self.user, self.description, self.extension,
-                self.status)
+                self.status, rows=[(oid, state, data_txn) for oid, (
+                    _, state, data_txn) in self._rows.items()])
+        if self._inline:
+            # Voted without staging; the step-by-step path moves staged rows.
+            self.upload()
         last, now = adapter.locker.hold_commit_lock(cursor)
         if self.requested_tid is not None:
             self._check_requested_tid(last)

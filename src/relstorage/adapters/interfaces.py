@@ -157,7 +157,8 @@ class ILocker(Interface):
     commit-lock-timeout and ends in CommitLockTimeoutError."""
 
     def lock_for_vote(cursor, oids, read_current_oids):
-        """At tpc_vote, after the pending rows were uploaded: lock the rows
+        """At tpc_vote, after the pending rows were uploaded (unless they
+        go to finish_and_commit, see ITransactionControl): lock the rows
         of every stored object (``oids``, sorted; in that order, so that two
         committers cannot deadlock) and take shared locks on
         ``read_current_oids``.  On a
@@ -290,11 +291,21 @@ class ITransactionControl(Interface):
 
     finish_and_commit = Attribute(
         "None, or a callable ``(cursor, user, description, extension, "
-        "status) -> tid`` that runs the whole last step of an ordinary "
-        "commit in the database (commit lock, tid from the database's "
-        "clock, record, move the staged rows) and commits, in as few round "
-        "trips as the database allows.  The core uses it when no tid was "
-        "requested and nothing needs the step-by-step path (restores).")
+        "status, rows=None) -> tid`` that runs the whole last step of an "
+        "ordinary commit in the database (commit lock, tid from the "
+        "database's clock, record, move the staged rows) and commits, in "
+        "as few round trips as the database allows.  The core uses it when "
+        "no tid was requested and nothing needs the step-by-step path "
+        "(restores).  ``rows``, given only where ``inline_limit`` allows: "
+        "``[(oid, state or None, data_txn)]`` in store order, the commit's "
+        "rows, which were not staged.")
+
+    inline_limit = Attribute(
+        "None, or ``(rows, bytes)``: a commit of at most that many rows and "
+        "pickle bytes is not staged; its rows go to finish_and_commit.  "
+        "For a database where staging costs more than sending the rows "
+        "again at the end (PostgreSQL's staging table is truncated at "
+        "every commit that wrote to it).")
 
 
 class IHistory(Interface):

@@ -15,6 +15,10 @@ class TransactionControl:
     #: The whole last step of a commit in one call, where the database
     #: allows it (see ITransactionControl); None: the core runs the steps.
     finish_and_commit = None
+    #: ``(rows, bytes)``: the largest commit whose rows finish_and_commit
+    #: takes as an argument instead of from the staging table; None: it
+    #: never does.
+    inline_limit = None
 
     def record_transaction(self, cursor, tid, user, description, extension,
                            status):

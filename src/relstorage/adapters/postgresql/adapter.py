@@ -62,7 +62,7 @@ class PostgreSQLAdapter(Adapter):
             self.poller = poll.HistoryPreservingPoller(driver)
             self.txncontrol = (
                 transactions.HistoryPreservingTransactionControl(
-                    driver, objects.HistoryPreservingMover.MOVE_FROM_TEMP))
+                    driver, objects.HistoryPreservingMover.MOVE_STAGED))
             self.history = history.HistoryPreservingHistory()
             self.packer = pack.HistoryPreservingPacker(driver)
         else:
@@ -70,11 +70,11 @@ class PostgreSQLAdapter(Adapter):
             self.mover = objects.HistoryFreeMover(driver)
             self.poller = poll.HistoryFreePoller(driver)
             self.txncontrol = transactions.HistoryFreeTransactionControl(
-                driver, objects.HistoryFreeMover.MOVE_FROM_TEMP)
+                driver, objects.HistoryFreeMover.MOVE_STAGED)
             self.history = history.HistoryFreeHistory()
             self.packer = pack.HistoryFreePacker(driver)
         cm.prepared = self.mover.prepared() + self.poller.prepared()
-        cm.store_setup = [self.txncontrol.session_setup]
+        cm.store_setup = list(self.txncontrol.session_setup)
 
     def database_size(self):
         conn = self.connmanager.connect()

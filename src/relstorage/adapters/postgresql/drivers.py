@@ -62,6 +62,17 @@ def oid_array(oids):
     return '{%s}' % ','.join(map(str, oids))
 
 
+def bytea_array(states):
+    """``states`` (bytes, or None for SQL NULL) as one array literal, the
+    value of a ``%s::bytea[]`` parameter: each element the hex form of
+    bytea, quoted, its backslash doubled for the array syntax
+    (``{"\\\\x6869",NULL}``).  Neither driver then escapes anything element
+    by element."""
+    return '{%s}' % ','.join([
+        'NULL' if state is None else '"\\\\x%s"' % state.hex()
+        for state in states])
+
+
 class Prepared:
     """One statement that every load and store connection prepares on the
     server, so that the hot paths (a load per object, the poll at every

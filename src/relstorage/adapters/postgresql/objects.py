@@ -107,15 +107,16 @@ class HistoryPreservingMover(_PostgreSQLMover):
             FROM temp_store t
             WHERE t.prev_tid IS NOT NULL) staged
         WHERE prev_tid <> committed"""
-    MOVE_FROM_TEMP = (
+    MOVE_STAGED = (
         """INSERT INTO object_state
                (zoid, tid, state, state_size, data_txn, ord)
            SELECT zoid, %s, state, state_size, data_txn, ord
-           FROM temp_store""",
+           FROM {staged}""",
         """INSERT INTO current_object (zoid, tid)
-           SELECT zoid, %s FROM temp_store
+           SELECT zoid, %s FROM {staged}
            ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid""",
     )
+    MOVE_FROM_TEMP = tuple(s.format(staged='temp_store') for s in MOVE_STAGED)
     STORE_SUPERSEDED = """
         INSERT INTO superseded_state
             (zoid, tid, state, state_size, data_txn, ord)
@@ -155,14 +156,15 @@ class HistoryFreeMover(_PostgreSQLMover):
             FROM temp_store t
             WHERE t.prev_tid IS NOT NULL) staged
         WHERE prev_tid <> committed"""
-    MOVE_FROM_TEMP = (
+    MOVE_STAGED = (
         """INSERT INTO object_state (zoid, tid, state, state_size)
-           SELECT zoid, %s, state, state_size FROM temp_store
+           SELECT zoid, %s, state, state_size FROM {staged}
            ON CONFLICT (zoid) DO UPDATE SET
                tid = excluded.tid,
                state = excluded.state,
                state_size = excluded.state_size""",
     )
+    MOVE_FROM_TEMP = tuple(s.format(staged='temp_store') for s in MOVE_STAGED)
     OBJECT_COUNT = 'SELECT COUNT(*) FROM object_state WHERE state IS NOT NULL'
     ITER_CURRENT = """
         SELECT zoid, tid, state FROM object_state

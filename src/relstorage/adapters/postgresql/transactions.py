@@ -8,8 +8,23 @@ COMMIT travels in the same round trip.  The function is temporary
 database holds no code that another relstorage version would have to
 migrate.  Its body is made from the same statements the step-by-step path
 runs (``MOVE_FROM_TEMP``, ``INSERT_TRANSACTION``, ``UPDATE_LAST_TID``).
+
+A small commit does not stage its rows: they travel as array arguments of
+a second function, which moves them from ``unnest()`` of the arrays.  The
+staging table is ON COMMIT DELETE ROWS, and a commit that wrote to it
+truncates it (heap, primary key, TOAST table and index) while it still
+holds the commit lock.  Measured through the storage (history-free, states
+of 250 bytes, per commit): 1 object 1.60 ms staged, 0.82 ms as arguments;
+50 objects 2.05 and 1.63 ms; 100 objects 2.79 and 2.60 ms.  But the server
+parses the arguments as SQL text, about 13 ns per byte of a state written
+as hex (a 250 KB bytea took 3.3 ms), where the binary COPY parses nothing:
+300 objects 6.5 and 6.9 ms, 1,000 objects 15.2 and 18.1 ms.  Hence
+``INLINE_LIMIT``.
 """
 from relstorage.adapters.transactions import TransactionControl
+
+from .drivers import bytea_array
+from .drivers import oid_array
 
 # A ZODB tid from a UTC timestamp: 32 bits of minutes since 1900 (months
 # counted as 31 days), 32 bits of the fraction of the minute (persistent's
@@ -23,8 +38,8 @@ _TID_OF_NOW = """
      + FLOOR(EXTRACT(SECOND FROM now_utc) * 4294967296 / 60)::BIGINT)"""
 
 _FINISH = """
-CREATE OR REPLACE FUNCTION pg_temp.relstorage_finish(
-    p_user BYTEA, p_description BYTEA, p_extension BYTEA, p_packed BOOLEAN)
+CREATE OR REPLACE FUNCTION pg_temp.{name}(
+    p_user BYTEA, p_description BYTEA, p_extension BYTEA, p_packed BOOLEAN{args})
 RETURNS BIGINT LANGUAGE plpgsql AS $body$
 DECLARE
     last_tid BIGINT;
@@ -40,6 +55,15 @@ BEGIN
 END
 $body$"""
 
+# The rows of a small commit as the move statements' source: the columns
+# of the staging table, from the function's arrays (in store order).
+_ROW_ARGS = ', p_oids BIGINT[], p_states BYTEA[], p_data_txns BIGINT[]'
+_ROWS = """(
+        SELECT zoid, state, COALESCE(octet_length(state), 0)::BIGINT
+                AS state_size, data_txn, ord
+        FROM unnest(p_oids, p_states, p_data_txns)
+            WITH ORDINALITY AS args(zoid, state, data_txn, ord)) AS staged"""
+
 
 def _as_function(statement, *names):
     """One statement of the step-by-step path, with its ``%s`` parameters
@@ -54,26 +78,49 @@ def _as_function(statement, *names):
 class _PostgreSQLTransactionControl(TransactionControl):
     UPDATE_LAST_TID = 'UPDATE commit_row SET tid = %s WHERE id = 0'
     FINISH_CALL = 'SELECT pg_temp.relstorage_finish(%s, %s, %s, %s)'
+    FINISH_ROWS_CALL = (
+        'SELECT pg_temp.relstorage_finish_rows(%s, %s, %s, %s, '
+        '%s::bigint[], %s::bytea[], %s::bigint[])')
+    #: The largest commit (rows, pickle bytes) that finishes without the
+    #: staging table (see the module's docstring).
+    INLINE_LIMIT = (200, 40 * 1024)
 
     def __init__(self, driver, move_statements):
+        """``move_statements`` take the staged rows from ``{staged}``."""
         self.driver = driver
+        self.inline_limit = self.INLINE_LIMIT
+        #: Run by every store session when it opens: both functions.
+        self.session_setup = [
+            self._function('relstorage_finish', '', move_statements,
+                           'temp_store'),
+            self._function('relstorage_finish_rows', _ROW_ARGS,
+                           move_statements, _ROWS)]
+
+    def _function(self, name, args, move_statements, staged):
         statements = []
         if self.INSERT_TRANSACTION is not None:
             statements.append(_as_function(
                 self.INSERT_TRANSACTION, 'new_tid', 'p_packed', 'p_user',
                 'p_description', 'p_extension'))
-        statements += [_as_function(s, 'new_tid') for s in move_statements]
+        statements += [_as_function(s.format(staged=staged), 'new_tid')
+                       for s in move_statements]
         statements.append(_as_function(self.UPDATE_LAST_TID, 'new_tid'))
-        #: Run by every store session when it opens.
-        self.session_setup = _FINISH.format(
-            tid_of_now=_TID_OF_NOW, statements='\n'.join(statements))
+        return _FINISH.format(
+            name=name, args=args, tid_of_now=_TID_OF_NOW,
+            statements='\n'.join(statements))
 
     def finish_and_commit(self, cursor, user, description, extension,
-                          status):
+                          status, rows=None):
         """The whole last step and the COMMIT; returns the tid."""
+        params = (user, description, extension, status == 'p')
+        if rows is None:
+            return self.driver.call_and_commit(
+                cursor, self.FINISH_CALL, params)
         return self.driver.call_and_commit(
-            cursor, self.FINISH_CALL,
-            (user, description, extension, status == 'p'))
+            cursor, self.FINISH_ROWS_CALL, params + (
+                oid_array([row[0] for row in rows]),
+                bytea_array([row[1] for row in rows]),
+                oid_array([row[2] for row in rows])))
 
 
 class HistoryPreservingTransactionControl(_PostgreSQLTransactionControl):
