@@ -245,6 +245,37 @@ def _commit(storage, oid, serial, value):
     return storage.tpc_finish(t)
 
 
+def test_begin_and_poll_agrees_with_last_tid_and_changes(open_storage):
+    """The snapshot's start and the poll in one round trip (PostgreSQL and
+    MySQL read both with one statement) give what the two separate
+    queries give, from any starting point."""
+    storage = open_storage()
+    oids = [storage.new_oid() for _ in range(3)]
+    tids = [_commit(storage, oid, z64, i) for i, oid in enumerate(oids)]
+    tids.append(_commit(storage, oids[0], tids[0], 9))
+    tids = [int.from_bytes(tid, 'big') for tid in tids]
+    last = tids[-1]
+    adapter = storage._adapter
+    cm, poller = adapter.connmanager, adapter.poller
+    conn, cursor = cm.open_load()
+    try:
+        for after in (None, 0, tids[0], tids[1], last, last + 1):
+            got_last, changes = poller.begin_and_poll(cm, conn, cursor, after)
+            assert got_last == poller.last_tid(cursor) == last
+            expected = ([] if after is None or after >= last
+                        else poller.changes(cursor, after, last))
+            assert sorted(changes) == sorted(expected)
+            cm.rollback(conn, cursor)
+        # oids[1] and oids[2], then oids[0] again (its newer tid only).
+        changes = poller.begin_and_poll(cm, conn, cursor, tids[0])[1]
+        assert sorted(changes) == sorted([
+            (int.from_bytes(oids[1], 'big'), tids[1]),
+            (int.from_bytes(oids[2], 'big'), tids[2]),
+            (int.from_bytes(oids[0], 'big'), tids[3])])
+    finally:
+        cm.close(conn, cursor)
+
+
 def test_poll_reports_others_changes_not_our_own(open_storage):
     root = open_storage()
     mine = root.new_instance()

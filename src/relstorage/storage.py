@@ -182,12 +182,16 @@ class RelStorage(ConflictResolvingStorage):
                 self._begin_snapshot, self._drop_load_connection)
         return self._load_cursor
 
-    def _begin_snapshot(self):
+    def _begin_snapshot(self, after_tid=None):
+        """Start the snapshot; returns what changed after ``after_tid``
+        (``[(oid, tid)]``, [] if None), read in the same round trip where
+        the database allows."""
         cm = self._adapter.connmanager
         if self._load_conn is None:
             self._load_conn, self._load_cursor = cm.open_load()
-        cm.begin_snapshot(self._load_conn, self._load_cursor)
-        self._snapshot_tid = self._adapter.poller.last_tid(self._load_cursor)
+        self._snapshot_tid, changes = self._adapter.poller.begin_and_poll(
+            cm, self._load_conn, self._load_cursor, after_tid)
+        return changes
 
     def _end_snapshot(self):
         if self._snapshot_tid is not None:
@@ -239,9 +243,14 @@ class RelStorage(ConflictResolvingStorage):
         in time and every cached object must go."""
         with self._lock:
             self._end_snapshot()
-            cursor = self._snapshot_cursor()
-            new = self._snapshot_tid
-            prev, self._polled_tid = self._polled_tid, new
+            self._check_open()
+            prev = self._polled_tid
+            changes = retry_if_disconnected(
+                self._adapter.connmanager, 'starting a read snapshot',
+                lambda: self._begin_snapshot(prev),
+                self._drop_load_connection)
+            cursor = self._load_cursor
+            new = self._polled_tid = self._snapshot_tid
             own, self._own_tids = self._own_tids, set()
             if prev is None or new == prev:
                 self._advance_cache(cursor, None, new, ())
@@ -250,7 +259,6 @@ class RelStorage(ConflictResolvingStorage):
                 self._cache.invalidate_all()
                 self._advance_cache(cursor, None, new, ())
                 return None
-            changes = self._adapter.poller.changes(cursor, prev, new)
             self._advance_cache(cursor, prev, new, changes)
             return [p64(oid) for oid, tid in changes if tid not in own]
 

@@ -278,6 +278,12 @@ class IPoller(Interface):
         after ``after_tid`` and no later than ``last_tid``; one indexed
         query."""
 
+    def begin_and_poll(connmanager, conn, cursor, after_tid):
+        """Start a read snapshot on ``conn`` (``connmanager.begin_snapshot``)
+        and return ``(last_tid, changes)``: the snapshot's last tid and, if
+        ``after_tid`` is not None, ``changes(cursor, after_tid, last_tid)``
+        (else []), in as few round trips as the database allows."""
+
 
 class ITransactionControl(Interface):
     """Records committed transactions (the tid is chosen by the core from

@@ -2,6 +2,30 @@
 from relstorage.adapters.interfaces import IPoller
 from zope.interface import implementer
 
+#: For a database where a round trip costs: the last tid (as the row of oid
+#: -1) and what changed after ``%s`` up to it, in one statement that can
+#: follow the snapshot's BEGIN in the same round trip.  ``{table}`` holds
+#: the current tids.
+POLL = """
+    SELECT -1, tid FROM commit_row WHERE id = 0
+    UNION ALL
+    SELECT zoid, tid FROM {table}
+    WHERE tid > %s AND tid <= (SELECT tid FROM commit_row WHERE id = 0)"""
+
+#: POLL's parameter when no changes are wanted (the first poll).
+NO_CHANGES = 2 ** 63 - 1
+
+
+def split_poll(rows):
+    """``(last_tid, changes)`` from the rows of POLL."""
+    last, changes = 0, []
+    for oid, tid in rows:
+        if oid == -1:
+            last = tid
+        else:
+            changes.append((oid, tid))
+    return last, changes
+
 
 @implementer(IPoller)
 class Poller:
@@ -17,3 +41,10 @@ class Poller:
     def changes(self, cursor, after_tid, last_tid):
         cursor.execute(self.CHANGES, (after_tid, last_tid))
         return cursor.fetchall()
+
+    def begin_and_poll(self, connmanager, conn, cursor, after_tid):
+        connmanager.begin_snapshot(conn, cursor)
+        last = self.last_tid(cursor)
+        if after_tid is None or last <= after_tid:
+            return last, []
+        return last, self.changes(cursor, after_tid, last)

@@ -41,6 +41,18 @@ TEMP_STORE = """
     ) ENGINE = InnoDB"""
 
 
+# Empties the staging table.  Not DELETE: once a large commit has filled
+# the table, InnoDB keeps its emptied pages, and DELETE (and the vote's
+# join, which scans the table) walked them at every later commit: 1.8 ms
+# each for a one-object commit after 1000-object ones, on MariaDB 10.11.
+# TRUNCATE gives the pages back.
+CLEAR_TEMP_STORE = 'TRUNCATE TABLE temp_store'
+
+#: Starts a read snapshot (poll.py sends it with the poll, in one batch).
+SNAPSHOT_BEGIN = ('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; '
+                  'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY')
+
+
 def describe_params(params):
     """Where the server is, without the password, for messages."""
     shown = ' '.join(f'{k}={v}' for k, v in sorted(params.items())
@@ -99,16 +111,19 @@ class MySQLConnectionManager(ConnectionManager):
         return True
 
     def begin_store(self, conn, cursor):
-        run_batch(cursor, 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED; '
-                          'START TRANSACTION')
+        # A commit (``conn`` given: a store connection, which has the
+        # staging table) first empties the staging table, in the same round
+        # trip; TRUNCATE commits implicitly, so it comes before START
+        # TRANSACTION.  The mover's clear_temp leaves it to this batch.
+        clear = f'{CLEAR_TEMP_STORE}; ' if conn is not None else ''
+        run_batch(cursor, f'{clear}SET TRANSACTION ISOLATION LEVEL READ '
+                          f'COMMITTED; START TRANSACTION')
 
     def begin_write(self, cursor, what):
         self.begin_store(None, cursor)
 
     def begin_snapshot(self, conn, cursor):
-        run_batch(cursor,
-                  'SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; '
-                  'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY')
+        run_batch(cursor, SNAPSHOT_BEGIN)
 
     def begin_analysis(self, conn, cursor):
         # Under REPEATABLE READ InnoDB reads the source of an

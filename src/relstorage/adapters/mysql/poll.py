@@ -1,14 +1,34 @@
-"""Invalidation polling for MySQL (the poller role)."""
+"""Invalidation polling for MySQL (the poller role).
+
+A snapshot starts with one round trip: the isolation level, START
+TRANSACTION and the poll (last tid and changes, ``poll.POLL``) in one
+batch.
+"""
+from relstorage.adapters.poll import NO_CHANGES
+from relstorage.adapters.poll import POLL
 from relstorage.adapters.poll import Poller
+from relstorage.adapters.poll import split_poll
+
+from .connection import SNAPSHOT_BEGIN
+from .connection import run_batch
 
 
-class HistoryPreservingPoller(Poller):
+class _MySQLPoller(Poller):
     LAST_TID = 'SELECT tid FROM commit_row WHERE id = 0'
+
+    def begin_and_poll(self, connmanager, conn, cursor, after_tid):
+        results = run_batch(cursor, f'{SNAPSHOT_BEGIN}; {self.POLL}', (
+            NO_CHANGES if after_tid is None else after_tid,))
+        return split_poll(results[-1])
+
+
+class HistoryPreservingPoller(_MySQLPoller):
     CHANGES = """
         SELECT zoid, tid FROM current_object WHERE tid > %s AND tid <= %s"""
+    POLL = POLL.format(table='current_object')
 
 
-class HistoryFreePoller(Poller):
-    LAST_TID = 'SELECT tid FROM commit_row WHERE id = 0'
+class HistoryFreePoller(_MySQLPoller):
     CHANGES = """
         SELECT zoid, tid FROM object_state WHERE tid > %s AND tid <= %s"""
+    POLL = POLL.format(table='object_state')

@@ -38,6 +38,10 @@ TEMP_STORE = """
 # (Every integer column is BIGINT: binary COPY sends 8-byte integers.)
 
 
+#: Starts a read snapshot (poll.py sends the poll in the same round trip).
+SNAPSHOT_BEGIN = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
+
+
 def describe_dsn(driver, dsn):
     """The DSN without its password, for messages."""
     try:
@@ -105,7 +109,7 @@ class PostgreSQLConnectionManager(ConnectionManager):
         self.begin_store(None, cursor)
 
     def begin_snapshot(self, conn, cursor):
-        cursor.execute('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
+        cursor.execute(SNAPSHOT_BEGIN)
 
     def _in_transaction(self, conn):
         # psycopg2 and psycopg 3 both report libpq's status: 0 is IDLE.

@@ -133,6 +133,12 @@ class Psycopg2Driver:
     def execute_prepared(self, cursor, statement, params):
         cursor.execute(statement.execute_sql, params)
 
+    def execute_prepared_after(self, cursor, first, statement, params):
+        """``first`` (a statement without parameters or results), then
+        ``statement``, in one round trip: psycopg2 binds on the client and
+        sends both as one query; the cursor holds the second's rows."""
+        cursor.execute(f'{first}; {statement.execute_sql}', params)
+
     def call_and_commit(self, cursor, call, params):
         """``call`` (a SELECT of one value) and COMMIT in one round trip:
         psycopg2 binds on the client and sends several statements as one
@@ -182,6 +188,11 @@ class PsycopgDriver:
 
     def execute_prepared(self, cursor, statement, params):
         cursor.execute(statement.text, params, prepare=True)
+
+    def execute_prepared_after(self, cursor, first, statement, params):
+        # Server-side binding: one statement per query, two round trips.
+        cursor.execute(first)
+        self.execute_prepared(cursor, statement, params)
 
     def call_and_commit(self, cursor, call, params):
         # psycopg 3 binds on the server, one statement per query: two

@@ -1,9 +1,15 @@
 """Invalidation polling for PostgreSQL (the poller role).
 
-Both statements run at every ZODB transaction, so they are prepared.
+The statements run at every ZODB transaction, so they are prepared.  A
+snapshot starts with one round trip (with psycopg2): BEGIN and the poll
+(the last tid and the changes, ``poll.POLL``) as one query.
 """
+from relstorage.adapters.poll import NO_CHANGES
+from relstorage.adapters.poll import POLL
 from relstorage.adapters.poll import Poller
+from relstorage.adapters.poll import split_poll
 
+from .connection import SNAPSHOT_BEGIN
 from .drivers import Prepared
 
 
@@ -15,9 +21,10 @@ class _PostgreSQLPoller(Poller):
         self._last_tid = Prepared('rs_last_tid', [], self.LAST_TID)
         self._changes = Prepared(
             'rs_changes', ['bigint', 'bigint'], self.CHANGES)
+        self._poll = Prepared('rs_poll', ['bigint'], self.POLL)
 
     def prepared(self):
-        return [self._last_tid, self._changes]
+        return [self._last_tid, self._changes, self._poll]
 
     def last_tid(self, cursor):
         self.driver.execute_prepared(cursor, self._last_tid, ())
@@ -29,12 +36,20 @@ class _PostgreSQLPoller(Poller):
             cursor, self._changes, (after_tid, last_tid))
         return cursor.fetchall()
 
+    def begin_and_poll(self, connmanager, conn, cursor, after_tid):
+        self.driver.execute_prepared_after(
+            cursor, SNAPSHOT_BEGIN, self._poll,
+            (NO_CHANGES if after_tid is None else after_tid,))
+        return split_poll(cursor.fetchall())
+
 
 class HistoryPreservingPoller(_PostgreSQLPoller):
     CHANGES = """
         SELECT zoid, tid FROM current_object WHERE tid > %s AND tid <= %s"""
+    POLL = POLL.format(table='current_object')
 
 
 class HistoryFreePoller(_PostgreSQLPoller):
     CHANGES = """
         SELECT zoid, tid FROM object_state WHERE tid > %s AND tid <= %s"""
+    POLL = POLL.format(table='object_state')
