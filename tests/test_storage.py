@@ -237,6 +237,44 @@ def test_small_commits_skip_the_staging_table_where_it_costs_more(
     assert zodb_unpickle(storage.load(oids[2])[0]) == MinPO(values[oids[2]])
 
 
+@pytest.mark.parametrize('objects,explicit', [(1, False), (300, False),
+                                               (1, True)],
+                         ids=['as-arguments', 'staged', 'step-by-step'])
+def test_a_new_oid_stored_twice_concurrently_is_a_conflict(
+        open_storage, backend, objects, explicit):
+    """Two commits store the same new oid (serial 0) at once, each voting
+    before either finishes: the second to finish fails with a
+    ConflictError; it does not overwrite the first one's object.  (Only
+    explicit oids can collide; PostgreSQL inserts new objects without an
+    upsert.  SQLite's write lock serialises the two votes, MySQL's REPLACE
+    overwrites: PostgreSQL only.)"""
+    if not backend.name.startswith('postgresql'):
+        pytest.skip('PostgreSQL inserts new objects without an upsert')
+    root = open_storage()
+    oids = [root.new_oid() for _ in range(objects)]
+    if explicit:
+        # Above what the allocator handed out: the step-by-step finish.
+        oids = [p64(int.from_bytes(oid, 'big') + 10 ** 6) for oid in oids]
+    first, second = root.new_instance(), root.new_instance()
+    try:
+        txns = []
+        for storage, value in ((first, 1), (second, 2)):
+            t = TransactionMetaData()
+            storage.tpc_begin(t)
+            for oid in oids:
+                storage.store(oid, z64, zodb_pickle(MinPO(value)), '', t)
+            storage.tpc_vote(t)
+            txns.append(t)
+        first.tpc_finish(txns[0])
+        with pytest.raises(ConflictError):
+            second.tpc_finish(txns[1])
+        second.tpc_abort(txns[1])
+        assert zodb_unpickle(root.load(oids[-1])[0]) == MinPO(1)
+    finally:
+        first.release()
+        second.release()
+
+
 def _commit(storage, oid, serial, value):
     t = TransactionMetaData()
     storage.tpc_begin(t)

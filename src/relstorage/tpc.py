@@ -224,8 +224,9 @@ class PendingTransaction:
             # Without restores (not simple) the dict is in store order.
             return adapter.txncontrol.finish_and_commit(
                 cursor, self.user, self.description, self.extension,
-                self.status, rows=[(oid, state, data_txn) for oid, (
-                    _, state, data_txn) in self._rows.items()])
+                self.status, rows=[(oid, prev_tid, state, data_txn)
+                                   for oid, (prev_tid, state, data_txn)
+                                   in self._rows.items()])
         if self._inline:
             # Voted without staging; the step-by-step path moves staged rows.
             self.upload()

@@ -303,8 +303,8 @@ class ITransactionControl(Interface):
         "as few round trips as the database allows.  The core uses it when "
         "no tid was requested and nothing needs the step-by-step path "
         "(restores).  ``rows``, given only where ``inline_limit`` allows: "
-        "``[(oid, state or None, data_txn)]`` in store order, the commit's "
-        "rows, which were not staged.")
+        "``[(oid, prev_tid or None, state or None, data_txn)]`` in store "
+        "order, the commit's rows, which were not staged.")
 
     inline_limit = Attribute(
         "None, or ``(rows, bytes)``: a commit of at most that many rows and "

@@ -62,6 +62,12 @@ def oid_array(oids):
     return '{%s}' % ','.join(map(str, oids))
 
 
+def bigint_array(values):
+    """Like ``oid_array``, for ints or None (SQL NULL)."""
+    return '{%s}' % ','.join([
+        'NULL' if value is None else str(int(value)) for value in values])
+
+
 def bytea_array(states):
     """``states`` (bytes, or None for SQL NULL) as one array literal, the
     value of a ``%s::bytea[]`` parameter: each element the hex form of

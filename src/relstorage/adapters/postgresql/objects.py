@@ -3,6 +3,15 @@
 Staged rows reach the server with COPY in binary format (one round trip
 for the whole batch); lists of oids travel as one array parameter
 (see ``oid_array``).
+
+The move statements insert the rows of new objects (stored with serial 0)
+without ON CONFLICT: at vote every staged oid's row was locked and, if it
+existed, its tid compared with the serial, so a row still expecting 0 had
+none; only an explicit oid stored concurrently could have made one since,
+and the insert then fails on the key (a LockConflictError, retried) rather
+than overwriting the other's.  An upsert's speculative insertion costs
+more: 100 new rows of 270 bytes took 1.05-1.09 ms as an upsert, 0.90-0.91
+ms as an INSERT.
 """
 from relstorage.adapters.objects import ObjectMover
 from relstorage.adapters.objects import _bytes
@@ -112,8 +121,11 @@ class HistoryPreservingMover(_PostgreSQLMover):
                (zoid, tid, state, state_size, data_txn, ord)
            SELECT zoid, %s, state, state_size, data_txn, ord
            FROM {staged}""",
+        # New objects without the upsert (see the module docstring).
         """INSERT INTO current_object (zoid, tid)
-           SELECT zoid, %s FROM {staged}
+           SELECT zoid, %s FROM {staged} WHERE prev_tid = 0""",
+        """INSERT INTO current_object (zoid, tid)
+           SELECT zoid, %s FROM {staged} WHERE prev_tid IS DISTINCT FROM 0
            ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid""",
     )
     MOVE_FROM_TEMP = tuple(s.format(staged='temp_store') for s in MOVE_STAGED)
@@ -157,8 +169,13 @@ class HistoryFreeMover(_PostgreSQLMover):
             WHERE t.prev_tid IS NOT NULL) staged
         WHERE prev_tid <> committed"""
     MOVE_STAGED = (
+        # New objects without the upsert (see the module docstring).
         """INSERT INTO object_state (zoid, tid, state, state_size)
            SELECT zoid, %s, state, state_size FROM {staged}
+           WHERE prev_tid = 0""",
+        """INSERT INTO object_state (zoid, tid, state, state_size)
+           SELECT zoid, %s, state, state_size FROM {staged}
+           WHERE prev_tid IS DISTINCT FROM 0
            ON CONFLICT (zoid) DO UPDATE SET
                tid = excluded.tid,
                state = excluded.state,

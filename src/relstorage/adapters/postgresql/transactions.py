@@ -23,6 +23,7 @@ as hex (a 250 KB bytea took 3.3 ms), where the binary COPY parses nothing:
 """
 from relstorage.adapters.transactions import TransactionControl
 
+from .drivers import bigint_array
 from .drivers import bytea_array
 from .drivers import oid_array
 
@@ -57,12 +58,15 @@ $body$"""
 
 # The rows of a small commit as the move statements' source: the columns
 # of the staging table, from the function's arrays (in store order).
-_ROW_ARGS = ', p_oids BIGINT[], p_states BYTEA[], p_data_txns BIGINT[]'
+_ROW_ARGS = (', p_oids BIGINT[], p_prev_tids BIGINT[], p_states BYTEA[], '
+             'p_data_txns BIGINT[]')
 _ROWS = """(
-        SELECT zoid, state, COALESCE(octet_length(state), 0)::BIGINT
-                AS state_size, data_txn, ord
-        FROM unnest(p_oids, p_states, p_data_txns)
-            WITH ORDINALITY AS args(zoid, state, data_txn, ord)) AS staged"""
+        SELECT zoid, prev_tid, state,
+            COALESCE(octet_length(state), 0)::BIGINT AS state_size,
+            data_txn, ord
+        FROM unnest(p_oids, p_prev_tids, p_states, p_data_txns)
+            WITH ORDINALITY AS args(zoid, prev_tid, state, data_txn, ord)
+        ) AS staged"""
 
 
 def _as_function(statement, *names):
@@ -80,7 +84,7 @@ class _PostgreSQLTransactionControl(TransactionControl):
     FINISH_CALL = 'SELECT pg_temp.relstorage_finish(%s, %s, %s, %s)'
     FINISH_ROWS_CALL = (
         'SELECT pg_temp.relstorage_finish_rows(%s, %s, %s, %s, '
-        '%s::bigint[], %s::bytea[], %s::bigint[])')
+        '%s::bigint[], %s::bigint[], %s::bytea[], %s::bigint[])')
     #: The largest commit (rows, pickle bytes) that finishes without the
     #: staging table (see the module's docstring).
     INLINE_LIMIT = (200, 40 * 1024)
@@ -119,8 +123,9 @@ class _PostgreSQLTransactionControl(TransactionControl):
         return self.driver.call_and_commit(
             cursor, self.FINISH_ROWS_CALL, params + (
                 oid_array([row[0] for row in rows]),
-                bytea_array([row[1] for row in rows]),
-                oid_array([row[2] for row in rows])))
+                bigint_array([row[1] for row in rows]),
+                bytea_array([row[2] for row in rows]),
+                oid_array([row[3] for row in rows])))
 
 
 class HistoryPreservingTransactionControl(_PostgreSQLTransactionControl):
