@@ -4,6 +4,13 @@ Staged rows go in multi-row REPLACE statements, as few as
 max_allowed_packet allows.  A state larger than max_allowed_packet can
 never reach the server, so ``check_state_size`` refuses it at store(),
 naming the setting.
+
+The rows of new objects (stored with serial 0) move with a plain INSERT,
+not REPLACE or an upsert: the vote locked every staged oid's row and
+compared the tid of any that existed with the serial, so a row still
+expecting 0 had none; only an explicit oid stored concurrently could have
+made one since, and the INSERT then fails on the key (a
+LockConflictError, retried) rather than overwriting the other's.
 """
 from ZODB.POSException import StorageError
 
@@ -131,10 +138,14 @@ class HistoryPreservingMover(_MySQLMover):
                (zoid, tid, state, state_size, data_txn, ord)
            SELECT zoid, %s, state, state_size, data_txn, ord
            FROM temp_store""",
+        # New objects without the upsert (see the module docstring).
+        """INSERT INTO current_object (zoid, tid)
+           SELECT zoid, %s FROM temp_store WHERE prev_tid = 0""",
         # VALUES(col) works on MySQL 8 and MariaDB alike (MySQL's newer
         # "AS new" alias is a syntax error on MariaDB).
         """INSERT INTO current_object (zoid, tid)
            SELECT zoid, %s FROM temp_store
+           WHERE prev_tid IS NULL OR prev_tid <> 0
            ON DUPLICATE KEY UPDATE tid = VALUES(tid)""",
     )
     STORE_SUPERSEDED = """
@@ -175,8 +186,13 @@ class HistoryFreeMover(_MySQLMover):
     # is replaced anyway, and InnoDB does it with less work (1000 rows of
     # 250 bytes on MariaDB 10.11: 7.7 ms against 9.3 ms).
     MOVE_FROM_TEMP = (
+        # New objects without REPLACE (see the module docstring).
+        """INSERT INTO object_state (zoid, tid, state, state_size)
+           SELECT zoid, %s, state, state_size FROM temp_store
+           WHERE prev_tid = 0""",
         """REPLACE INTO object_state (zoid, tid, state, state_size)
-           SELECT zoid, %s, state, state_size FROM temp_store""",
+           SELECT zoid, %s, state, state_size FROM temp_store
+           WHERE prev_tid IS NULL OR prev_tid <> 0""",
     )
     OBJECT_COUNT = 'SELECT COUNT(*) FROM object_state WHERE state IS NOT NULL'
     ITER_CURRENT = """
