@@ -310,8 +310,53 @@ def test_begin_and_poll_agrees_with_last_tid_and_changes(open_storage):
             (int.from_bytes(oids[1], 'big'), tids[1]),
             (int.from_bytes(oids[2], 'big'), tids[2]),
             (int.from_bytes(oids[0], 'big'), tids[3])])
+        # Still in that snapshot: ending it in the same call, the new one
+        # sees a commit made since.
+        newer = int.from_bytes(_commit(storage, oids[1], p64(tids[1]), 7),
+                               'big')
+        assert poller.begin_and_poll(cm, conn, cursor, last,
+                                     end_previous=True) == (
+            newer, [(int.from_bytes(oids[1], 'big'), newer)])
+        cm.rollback(conn, cursor)
     finally:
         cm.close(conn, cursor)
+
+
+def test_the_snapshot_sync_ends_is_rolled_back_by_the_next_poll(
+        open_storage, backend, monkeypatch):
+    """ZODB's newTransaction calls sync() then poll_invalidations(): the
+    old snapshot's ROLLBACK travels with the new one's BEGIN (where the
+    poller can send both), the new snapshot sees what was committed
+    meanwhile, and afterCompletion() after a sync still leaves the
+    connection outside any transaction."""
+    from relstorage.adapters.poll import Poller
+    root = open_storage()
+    reader = root.new_instance()
+    try:
+        oid = root.new_oid()
+        tid1 = _commit(root, oid, z64, 1)
+        reader.poll_invalidations()
+        assert reader.load(oid)[1] == tid1
+        tid2 = _commit(root, oid, tid1, 2)
+        cm = root._adapter.connmanager
+        rollbacks = []
+        rollback = cm.rollback
+        monkeypatch.setattr(cm, 'rollback', lambda conn, cursor: (
+            rollbacks.append(conn), rollback(conn, cursor)))
+        reader.sync()
+        assert reader.poll_invalidations() == [oid]
+        assert reader.load(oid) == (zodb_pickle(MinPO(2)), tid2)
+        shared = type(root._adapter.poller).begin_and_poll is (
+            Poller.begin_and_poll)
+        assert len(rollbacks) == (1 if shared else 0)
+        reader.sync()
+        reader.afterCompletion()
+        assert len(rollbacks) == (2 if shared else 1)
+        if not backend.name.startswith('mysql'):
+            # (MySQL's drivers do not say; ROLLBACK is sent regardless.)
+            assert not cm._in_transaction(reader._load_conn)
+    finally:
+        reader.release()
 
 
 def test_poll_reports_others_changes_not_our_own(open_storage):

@@ -133,6 +133,9 @@ class RelStorage(ConflictResolvingStorage):
         # The read snapshot.
         self._load_conn = self._load_cursor = None
         self._snapshot_tid = None      # int, or None when no snapshot open
+        # The load connection is still in a snapshot that ended: the next
+        # one rolls it back in the round trip that begins it.
+        self._rollback_due = False
         self._polled_tid = None        # last tid reported to poll callers
         self._prefetched = {}
         self._families = Families()    # for read-ahead
@@ -185,24 +188,35 @@ class RelStorage(ConflictResolvingStorage):
     def _begin_snapshot(self, after_tid=None):
         """Start the snapshot; returns what changed after ``after_tid``
         (``[(oid, tid)]``, [] if None), read in the same round trip where
-        the database allows."""
+        the database allows (with the previous snapshot's ROLLBACK, if
+        that was put off)."""
         cm = self._adapter.connmanager
         if self._load_conn is None:
             self._load_conn, self._load_cursor = cm.open_load()
+            self._rollback_due = False
         self._snapshot_tid, changes = self._adapter.poller.begin_and_poll(
-            cm, self._load_conn, self._load_cursor, after_tid)
+            cm, self._load_conn, self._load_cursor, after_tid,
+            self._rollback_due)
+        self._rollback_due = False
         return changes
 
-    def _end_snapshot(self):
+    def _end_snapshot(self, now=True):
+        """End the snapshot.  ``now`` False, where a new snapshot starts
+        right after (a poll), leaves the ROLLBACK to the round trip that
+        starts it."""
         if self._snapshot_tid is not None:
             self._snapshot_tid = None
             self._prefetched.clear()
             self._families.clear()
+            self._rollback_due = True
+        if now and self._rollback_due:
+            self._rollback_due = False
             self._adapter.connmanager.rollback(
                 self._load_conn, self._load_cursor)
 
     def _drop_load_connection(self):
         self._snapshot_tid = None
+        self._rollback_due = False
         self._prefetched.clear()
         if self._load_conn is not None:
             self._adapter.connmanager.close(self._load_conn, self._load_cursor)
@@ -242,8 +256,9 @@ class RelStorage(ConflictResolvingStorage):
         the last poll ([] on the first), or None if the database went back
         in time and every cached object must go."""
         with self._lock:
-            self._end_snapshot()
             self._check_open()
+            # The old snapshot ends in the round trip that starts the new.
+            self._end_snapshot(now=False)
             prev = self._polled_tid
             changes = retry_if_disconnected(
                 self._adapter.connmanager, 'starting a read snapshot',
@@ -282,7 +297,9 @@ class RelStorage(ConflictResolvingStorage):
     def sync(self, force=True):
         if force:
             with self._lock:
-                self._end_snapshot()
+                # ZODB polls right after (newTransaction): the ROLLBACK
+                # goes with the poll's round trip.
+                self._end_snapshot(now=False)
 
     def afterCompletion(self):
         # End the read transaction so that no database session sits idle

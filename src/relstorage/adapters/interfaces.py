@@ -278,11 +278,15 @@ class IPoller(Interface):
         after ``after_tid`` and no later than ``last_tid``; one indexed
         query."""
 
-    def begin_and_poll(connmanager, conn, cursor, after_tid):
+    def begin_and_poll(connmanager, conn, cursor, after_tid,
+                       end_previous=False):
         """Start a read snapshot on ``conn`` (``connmanager.begin_snapshot``)
         and return ``(last_tid, changes)``: the snapshot's last tid and, if
         ``after_tid`` is not None, ``changes(cursor, after_tid, last_tid)``
-        (else []), in as few round trips as the database allows."""
+        (else []), in as few round trips as the database allows.
+        ``end_previous``: first roll back the transaction ``conn`` is
+        still in (the previous snapshot), in the same round trip where the
+        database allows."""
 
 
 class ITransactionControl(Interface):

@@ -42,7 +42,10 @@ class Poller:
         cursor.execute(self.CHANGES, (after_tid, last_tid))
         return cursor.fetchall()
 
-    def begin_and_poll(self, connmanager, conn, cursor, after_tid):
+    def begin_and_poll(self, connmanager, conn, cursor, after_tid,
+                       end_previous=False):
+        if end_previous:
+            connmanager.rollback(conn, cursor)
         connmanager.begin_snapshot(conn, cursor)
         last = self.last_tid(cursor)
         if after_tid is None or last <= after_tid:

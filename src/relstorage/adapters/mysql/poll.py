@@ -1,8 +1,8 @@
 """Invalidation polling for MySQL (the poller role).
 
-A snapshot starts with one round trip: the isolation level, START
-TRANSACTION and the poll (last tid and changes, ``poll.POLL``) in one
-batch.
+A snapshot starts with one round trip: the ROLLBACK of the previous one
+if it is still open, the isolation level, START TRANSACTION and the poll
+(last tid and changes, ``poll.POLL``) in one batch.
 """
 from relstorage.adapters.poll import NO_CHANGES
 from relstorage.adapters.poll import POLL
@@ -16,9 +16,12 @@ from .connection import run_batch
 class _MySQLPoller(Poller):
     LAST_TID = 'SELECT tid FROM commit_row WHERE id = 0'
 
-    def begin_and_poll(self, connmanager, conn, cursor, after_tid):
-        results = run_batch(cursor, f'{SNAPSHOT_BEGIN}; {self.POLL}', (
-            NO_CHANGES if after_tid is None else after_tid,))
+    def begin_and_poll(self, connmanager, conn, cursor, after_tid,
+                       end_previous=False):
+        rollback = 'ROLLBACK; ' if end_previous else ''
+        results = run_batch(
+            cursor, f'{rollback}{SNAPSHOT_BEGIN}; {self.POLL}',
+            (NO_CHANGES if after_tid is None else after_tid,))
         return split_poll(results[-1])
 
 

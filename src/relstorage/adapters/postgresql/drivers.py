@@ -140,7 +140,7 @@ class Psycopg2Driver:
         cursor.execute(statement.execute_sql, params)
 
     def execute_prepared_after(self, cursor, first, statement, params):
-        """``first`` (a statement without parameters or results), then
+        """``first`` (statements without parameters or results), then
         ``statement``, in one round trip: psycopg2 binds on the client and
         sends both as one query; the cursor holds the second's rows."""
         cursor.execute(f'{first}; {statement.execute_sql}', params)

@@ -1,8 +1,9 @@
 """Invalidation polling for PostgreSQL (the poller role).
 
 The statements run at every ZODB transaction, so they are prepared.  A
-snapshot starts with one round trip (with psycopg2): BEGIN and the poll
-(the last tid and the changes, ``poll.POLL``) as one query.
+snapshot starts with one round trip (with psycopg2): the ROLLBACK of the
+previous one if it is still open, BEGIN and the poll (the last tid and the
+changes, ``poll.POLL``) as one query.
 """
 from relstorage.adapters.poll import NO_CHANGES
 from relstorage.adapters.poll import POLL
@@ -36,9 +37,12 @@ class _PostgreSQLPoller(Poller):
             cursor, self._changes, (after_tid, last_tid))
         return cursor.fetchall()
 
-    def begin_and_poll(self, connmanager, conn, cursor, after_tid):
+    def begin_and_poll(self, connmanager, conn, cursor, after_tid,
+                       end_previous=False):
+        first = f'ROLLBACK; {SNAPSHOT_BEGIN}' if end_previous else (
+            SNAPSHOT_BEGIN)
         self.driver.execute_prepared_after(
-            cursor, SNAPSHOT_BEGIN, self._poll,
+            cursor, first, self._poll,
             (NO_CHANGES if after_tid is None else after_tid,))
         return split_poll(cursor.fetchall())
 
