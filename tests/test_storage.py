@@ -237,6 +237,20 @@ def test_small_commits_skip_the_staging_table_where_it_costs_more(
     assert zodb_unpickle(storage.load(oids[2])[0]) == MinPO(values[oids[2]])
 
 
+def test_a_commit_that_only_checks_a_serial_commits(open_storage):
+    """No row to move (the finish batch or function gets none)."""
+    storage = open_storage()
+    oid = storage.new_oid()
+    tid = _commit(storage, oid, z64, 1)
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.checkCurrentSerialInTransaction(oid, tid, t)
+    storage.tpc_vote(t)
+    later = storage.tpc_finish(t)
+    assert later > tid == storage.load(oid)[1]
+    assert storage.lastTransaction() == later
+
+
 @pytest.mark.parametrize('objects,explicit', [(1, False), (300, False),
                                                (1, True)],
                          ids=['as-arguments', 'staged', 'step-by-step'])

@@ -149,7 +149,8 @@ class PendingTransaction:
         if not self._inline:
             self.upload()
         locked, current = adapter.locker.lock_for_vote(
-            cursor, sorted(self._order), sorted(self.read_current))
+            cursor, sorted(self._order), sorted(self.read_current),
+            staged=not self._inline)
         self._check_requested_tid()
         if self.read_current:
             if current is None:

@@ -156,9 +156,10 @@ class ILocker(Interface):
     """Takes the locks of a commit.  Every wait is bounded by the options'
     commit-lock-timeout and ends in CommitLockTimeoutError."""
 
-    def lock_for_vote(cursor, oids, read_current_oids):
-        """At tpc_vote, after the pending rows were uploaded (unless they
-        go to finish_and_commit, see ITransactionControl): lock the rows
+    def lock_for_vote(cursor, oids, read_current_oids, staged=True):
+        """At tpc_vote, after the pending rows were uploaded (``staged``
+        False: they were not; they go to finish_and_commit, see
+        ITransactionControl.inline_limit): lock the rows
         of every stored object (``oids``, sorted; in that order, so that two
         committers cannot deadlock) and take shared locks on
         ``read_current_oids``.  On a

@@ -24,8 +24,9 @@ class RowLocker:
     def __init__(self, connmanager):
         self.connmanager = connmanager
 
-    def _lock_objects(self, cursor, oids):
-        """Lock the rows of ``oids`` (sorted) for update; ``{oid: tid}``."""
+    def _lock_objects(self, cursor, oids, staged):
+        """Lock the rows of ``oids`` (sorted) for update; ``{oid: tid}``.
+        ``staged``: the staging table holds the oids too."""
         raise NotImplementedError
 
     def _lock_read_current(self, cursor, oids):
@@ -37,8 +38,8 @@ class RowLocker:
         """True if the driver ``error`` says a NOWAIT lock was taken."""
         raise NotImplementedError
 
-    def lock_for_vote(self, cursor, oids, read_current_oids):
-        locked = self._lock_objects(cursor, oids) if oids else {}
+    def lock_for_vote(self, cursor, oids, read_current_oids, staged=True):
+        locked = self._lock_objects(cursor, oids, staged) if oids else {}
         if not read_current_oids:
             return locked, {}
         try:

@@ -20,7 +20,8 @@ from .objects import in_list
 
 class MySQLLocker(RowLocker):
 
-    LOCK_OBJECTS = None
+    LOCK_OBJECTS = None               # joins temp_store
+    LOCK_LISTED = None                # format with {in_list}
     READ_CURRENT = None               # format with {in_list} and {share}
     # The lock, the last tid and the server's clock in one round trip.
     COMMIT_LOCK = """
@@ -28,9 +29,14 @@ class MySQLLocker(RowLocker):
         FROM commit_row WHERE id = 0
         FOR UPDATE"""
 
-    def _lock_objects(self, cursor, oids):
-        # The staged rows are the oids: the statement joins temp_store.
-        cursor.execute(self.LOCK_OBJECTS)
+    def _lock_objects(self, cursor, oids, staged):
+        if staged:
+            # The staged rows are the oids: the statement joins temp_store.
+            cursor.execute(self.LOCK_OBJECTS)
+        else:
+            # A small commit that did not stage its rows (at most
+            # inline_limit oids).
+            cursor.execute(self.LOCK_LISTED.format(in_list=in_list(oids)))
         return dict(cursor.fetchall())
 
     def _lock_read_current(self, cursor, oids):
@@ -53,6 +59,11 @@ class HistoryPreservingLocker(MySQLLocker):
         STRAIGHT_JOIN current_object c ON c.zoid = t.zoid
         ORDER BY c.zoid
         FOR UPDATE"""
+    LOCK_LISTED = """
+        SELECT zoid, tid FROM current_object
+        WHERE zoid IN ({in_list})
+        ORDER BY zoid
+        FOR UPDATE"""
     READ_CURRENT = """
         SELECT zoid, tid FROM current_object
         WHERE zoid IN ({in_list})
@@ -65,6 +76,11 @@ class HistoryFreeLocker(MySQLLocker):
         SELECT o.zoid, o.tid FROM temp_store t
         STRAIGHT_JOIN object_state o ON o.zoid = t.zoid
         ORDER BY o.zoid
+        FOR UPDATE"""
+    LOCK_LISTED = """
+        SELECT zoid, tid FROM object_state
+        WHERE zoid IN ({in_list})
+        ORDER BY zoid
         FOR UPDATE"""
     READ_CURRENT = """
         SELECT zoid, tid FROM object_state

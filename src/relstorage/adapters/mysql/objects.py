@@ -95,6 +95,19 @@ class _MySQLMover(ObjectMover):
         for row in large:
             cursor.execute(self.UPLOAD_TEMP, row)
 
+    def move_rows(self, rows):
+        """The statements that publish a small commit's rows ``[(oid,
+        prev_tid, state, data_txn)]`` (store order) without the staging
+        table: text for the finish batch, the tid as @relstorage_tid, the
+        states as hexadecimal literals (the rows fit inline_limit, far
+        below HEX_MAX)."""
+        new, old = [], []
+        for ord_, (oid, prev_tid, state, data_txn) in enumerate(rows):
+            (new if prev_tid == 0 else old).append((
+                oid, 'NULL' if state is None else "X'%s'" % state.hex(),
+                0 if state is None else len(state), data_txn, ord_))
+        return self._move_rows(new, old)
+
     def check_state_size(self, oid, size):
         limit = self.connmanager.max_allowed_packet
         if limit and size > limit - _PACKET_OVERHEAD:
@@ -148,6 +161,24 @@ class HistoryPreservingMover(_MySQLMover):
            WHERE prev_tid IS NULL OR prev_tid <> 0
            ON DUPLICATE KEY UPDATE tid = VALUES(tid)""",
     )
+    def _move_rows(self, new, old):
+        if not new and not old:
+            return []
+        statements = ['INSERT INTO object_state '
+                      '(zoid, tid, state, state_size, data_txn, ord) VALUES '
+                      + ','.join('(%d,@relstorage_tid,%s,%d,%d,%d)' % row
+                                 for row in new + old)]
+        if new:
+            statements.append(
+                'INSERT INTO current_object (zoid, tid) VALUES '
+                + ','.join('(%d,@relstorage_tid)' % row[0] for row in new))
+        if old:
+            statements.append(
+                'INSERT INTO current_object (zoid, tid) VALUES '
+                + ','.join('(%d,@relstorage_tid)' % row[0] for row in old)
+                + ' ON DUPLICATE KEY UPDATE tid = VALUES(tid)')
+        return statements
+
     STORE_SUPERSEDED = """
         INSERT INTO superseded_state
             (zoid, tid, state, state_size, data_txn, ord)
@@ -199,3 +230,13 @@ class HistoryFreeMover(_MySQLMover):
         SELECT zoid, tid, state FROM object_state
         WHERE zoid >= %s AND state IS NOT NULL
         ORDER BY zoid LIMIT %s"""
+
+    def _move_rows(self, new, old):
+        statements = []
+        for verb, rows in (('INSERT', new), ('REPLACE', old)):
+            if rows:
+                statements.append(
+                    f'{verb} INTO object_state (zoid, tid, state, state_size)'
+                    ' VALUES ' + ','.join('(%d,@relstorage_tid,%s,%d)'
+                                          % row[:3] for row in rows))
+        return statements

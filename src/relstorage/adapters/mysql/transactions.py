@@ -39,22 +39,36 @@ class _MySQLTransactionControl(TransactionControl):
     READ_TID = """
         SET @relstorage_tid = (SELECT tid FROM commit_row WHERE id = 0)"""
 
-    def __init__(self, move_statements):
-        statements = [self.CHOOSE_TID.strip(), self.READ_TID.strip()]
+    #: The largest commit (rows, pickle bytes) that finishes without the
+    #: staging table: its rows go in the finish batch as hexadecimal
+    #: literals, which saves the round trip that stages them and the
+    #: staging table's insert and read.  The server parses them while the
+    #: batch holds the commit lock, hence the small limit.
+    INLINE_LIMIT = (200, 64 * 1024)
+
+    def __init__(self, move_statements, move_rows):
+        """``move_rows(rows)``: the statements that publish rows given to
+        finish_and_commit (``mover.move_rows``)."""
+        self._head = [self.CHOOSE_TID.strip(), self.READ_TID.strip()]
         if self.INSERT_TRANSACTION is not None:
-            statements.append(_with_tid(self.INSERT_TRANSACTION))
-        statements += [_with_tid(s) for s in move_statements]
-        statements += ['COMMIT', 'SELECT @relstorage_tid']
-        self._finish = ';\n'.join(statements)
+            self._head.append(_with_tid(self.INSERT_TRANSACTION))
+        self._tail = ['COMMIT', 'SELECT @relstorage_tid']
+        self._finish = ';\n'.join(
+            self._head + [_with_tid(s) for s in move_statements]
+            + self._tail)
+        self._move_rows = move_rows
+        self.inline_limit = self.INLINE_LIMIT
 
     def finish_and_commit(self, cursor, user, description, extension,
-                          status):
+                          status, rows=None):
         """The whole last step and the COMMIT in one round trip; returns
         the tid."""
         params = ()
         if self.INSERT_TRANSACTION is not None:
             params = (status == 'p', user, description, extension)
-        last = run_batch(cursor, self._finish, params)[-1]
+        batch = self._finish if rows is None else ';\n'.join(
+            self._head + self._move_rows(rows) + self._tail)
+        last = run_batch(cursor, batch, params)[-1]
         return int(last[0][0])
 
 

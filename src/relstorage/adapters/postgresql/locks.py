@@ -27,7 +27,7 @@ class PostgreSQLLocker(RowLocker):
         FROM commit_row WHERE id = 0
         FOR UPDATE"""
 
-    def _lock_objects(self, cursor, oids):
+    def _lock_objects(self, cursor, oids, staged):
         cursor.execute(self.LOCK_OBJECTS, (oid_array(oids),))
         return dict(cursor.fetchall())
 

@@ -18,7 +18,7 @@ class SQLiteLocker:
     def __init__(self, connmanager):
         self.connmanager = connmanager
 
-    def lock_for_vote(self, cursor, oids, read_current_oids):
+    def lock_for_vote(self, cursor, oids, read_current_oids, staged=True):
         self.connmanager.begin_write(cursor, 'taking the commit lock')
         # Reading the tids is a separate query here either way; the
         # caller's default queries do it.
