@@ -314,9 +314,10 @@ class ITransactionControl(Interface):
     inline_limit = Attribute(
         "None, or ``(rows, bytes)``: a commit of at most that many rows and "
         "pickle bytes is not staged; its rows go to finish_and_commit.  "
-        "For a database where staging costs more than sending the rows "
-        "again at the end (PostgreSQL's staging table is truncated at "
-        "every commit that wrote to it).")
+        "For a database where staging a small commit costs more than "
+        "sending its rows with the last step (PostgreSQL truncates its "
+        "staging table at every commit that wrote to it; on MySQL staging "
+        "is a round trip and the staging table's insert and read).")
 
 
 class IHistory(Interface):

@@ -16,8 +16,6 @@ from ZODB.POSException import StorageError
 
 from relstorage.adapters.objects import ObjectMover
 
-from .connection import CLEAR_TEMP_STORE
-
 def in_list(oids):
     """The text inside ``IN (...)`` for ``oids``, which must be ints.
 
@@ -37,7 +35,6 @@ _PACKET_OVERHEAD = 1024
 
 class _MySQLMover(ObjectMover):
     PARAM = '%s'
-    CLEAR_TEMP = CLEAR_TEMP_STORE
     UPLOAD_TEMP = """
         REPLACE INTO temp_store
             (zoid, prev_tid, state, state_size, data_txn, ord)
