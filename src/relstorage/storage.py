@@ -180,10 +180,16 @@ class RelStorage(ConflictResolvingStorage):
         dropped is reopened here, between snapshots, once."""
         self._check_open()
         if self._snapshot_tid is None:
-            retry_if_disconnected(
-                self._adapter.connmanager, 'starting a read snapshot',
-                self._begin_snapshot, self._drop_load_connection)
+            self._start_snapshot()
         return self._load_cursor
+
+    def _start_snapshot(self, after_tid=None):
+        """``_begin_snapshot``, reopening once a connection the database
+        dropped; returns what changed after ``after_tid``."""
+        return retry_if_disconnected(
+            self._adapter.connmanager, 'starting a read snapshot',
+            lambda: self._begin_snapshot(after_tid),
+            self._drop_load_connection)
 
     def _begin_snapshot(self, after_tid=None):
         """Start the snapshot; returns what changed after ``after_tid``
@@ -260,10 +266,7 @@ class RelStorage(ConflictResolvingStorage):
             # The old snapshot ends in the round trip that starts the new.
             self._end_snapshot(now=False)
             prev = self._polled_tid
-            changes = retry_if_disconnected(
-                self._adapter.connmanager, 'starting a read snapshot',
-                lambda: self._begin_snapshot(prev),
-                self._drop_load_connection)
+            changes = self._start_snapshot(prev)
             cursor = self._load_cursor
             new = self._polled_tid = self._snapshot_tid
             own, self._own_tids = self._own_tids, set()

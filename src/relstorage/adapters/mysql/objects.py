@@ -29,6 +29,12 @@ def in_list(oids):
     return ','.join(map(str, oids))
 
 
+def _literal(state):
+    """A state as a hexadecimal literal (only digits: nothing to escape),
+    or NULL."""
+    return 'NULL' if state is None else "X'%s'" % state.hex()
+
+
 #: Room left in a packet for the statement around one state.
 _PACKET_OVERHEAD = 1024
 
@@ -80,7 +86,7 @@ class _MySQLMover(ObjectMover):
                 continue
             value = '(%d,%s,%s,%d,%d,%d)' % (
                 oid, 'NULL' if prev_tid is None else '%d' % prev_tid,
-                'NULL' if state is None else "X'%s'" % state.hex(),
+                _literal(state),
                 0 if state is None else len(state), data_txn, ord_)
             if values and size + len(value) > limit:
                 cursor.execute(head + ','.join(values))
@@ -101,7 +107,7 @@ class _MySQLMover(ObjectMover):
         new, old = [], []
         for ord_, (oid, prev_tid, state, data_txn) in enumerate(rows):
             (new if prev_tid == 0 else old).append((
-                oid, 'NULL' if state is None else "X'%s'" % state.hex(),
+                oid, _literal(state),
                 0 if state is None else len(state), data_txn, ord_))
         return self._move_rows(new, old)
 
