@@ -5,11 +5,14 @@ import os
 import pytest
 import transaction
 import ZODB
+from persistent import Persistent
 from persistent.mapping import PersistentMapping
 from ZODB.POSException import POSKeyError
 from ZODB.utils import p64
 
 from relstorage import persistentcache
+from relstorage.cache import ENTRY_OVERHEAD
+from relstorage.cache import RecentStates
 from relstorage.options import ConfigurationError
 from relstorage.options import Options
 
@@ -386,30 +389,97 @@ def test_one_child_of_a_container_loads_nothing_more(
     db.close()
 
 
+class PaddedCounter(Persistent):
+    """A counter whose pickle is long enough for the cache to compress it,
+    resolving concurrent increments."""
+
+    def __init__(self):
+        self.value = 0
+        self.padding = 'padding ' * 100
+
+    def _p_resolveConflict(self, old, saved, new):
+        resolved = dict(new)
+        resolved['value'] = saved['value'] + new['value'] - old['value']
+        return resolved
+
+
+@pytest.mark.parametrize('compression', ['none', 'zlib'])
 def test_conflicts_resolve_after_the_cache_replaced_the_old_state(
-        open_storage):
-    """Two connections of one process change a BTrees.Length from the same
+        open_storage, compression):
+    """Two connections of one process change a counter from the same
     revision.  The first commit replaces that revision in the shared cache
     (and, history-free, in the database); resolving the second still finds
-    the state both started from."""
-    from BTrees.Length import Length
-    storage = open_storage()
+    the state both started from, from the cache's entry (compressed or
+    not)."""
+    storage = open_storage(cache_local_compression=compression)
     db = ZODB.DB(storage)
     tm0 = transaction.TransactionManager()
     c0 = db.open(tm0)
-    c0.root()['n'] = Length()
+    c0.root()['n'] = PaddedCounter()
     tm0.commit()
     c0.close()
     tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
     c1, c2 = db.open(tm1), db.open(tm2)
     n1, n2 = c1.root()['n'], c2.root()['n']
-    assert n1() == n2() == 0
-    n1.change(1)
+    assert n1.value == n2.value == 0
+    n1.value += 1
     tm1.commit()
-    n2.change(10)
+    n2.value += 10
     tm2.commit()            # resolved, not a ConflictError
     tm1.begin()
-    assert c1.root()['n']() == 11
+    assert c1.root()['n'].value == 11
     c1.close()
     c2.close()
     db.close()
+
+
+def test_recent_states_keep_the_latest_half_of_the_limit():
+    """Two generations: whatever was remembered within the last half of
+    the limit is still there; older entries go, and the memory counted
+    stays within the limit."""
+    recent = RecentStates(limit_bytes=100_000)
+    state = b'x' * 400
+    for oid in range(1, 2001):
+        recent.remember(oid, 7, state)
+        assert recent.size_bytes() <= 100_000 + ENTRY_OVERHEAD + 400
+    per_entry = ENTRY_OVERHEAD + 400
+    kept = [oid for oid in range(1, 2001) if recent.get(oid, 7) is not None]
+    assert len(kept) >= 50_000 // per_entry
+    assert kept[-1] == 2000 and 1 not in kept
+    assert recent.get(2000, 6) is None     # another revision of the oid
+
+
+def test_a_read_keeps_an_old_recent_state_from_being_forgotten():
+    recent = RecentStates(limit_bytes=10_000)
+    recent.remember(1, 5, b'first')
+    filler = b'f' * 500
+    oid = 100
+    # Fill until the first entry has moved to the old generation.
+    while 1 << 64 | 5 in recent._young:
+        recent.remember(oid, 5, filler)
+        oid += 1
+    assert recent.get(1, 5) == b'first'      # read: young again
+    for _ in range(9):                       # a whole generation more
+        recent.remember(oid, 5, filler)
+        oid += 1
+    assert recent.get(1, 5) == b'first'
+    recent.clear()
+    assert recent.get(1, 5) is None and recent.size_bytes() == 0
+
+
+def test_recent_states_decode_only_what_is_asked_for():
+    decoded = []
+
+    def decode(value):
+        decoded.append(value)
+        return value.upper()
+
+    recent = RecentStates(decode=decode)
+    recent.remember(1, 2, b'abc')
+    recent.remember(3, 4, b'def')
+    recent.remember(5, 6, None)               # a deletion: nothing kept
+    assert decoded == []
+    assert recent.get(1, 2) == b'ABC'
+    assert recent.get(5, 6) is None
+    assert decoded == [b'abc']
+    assert recent.get(1 << 20, 2) is None     # the key mixes oid and tid

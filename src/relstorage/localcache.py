@@ -139,6 +139,11 @@ def _payload(blob, flags):
     return blob[_META_SIZE:]
 
 
+def entry_state(blob):
+    """The state of a cache entry handed to ``LocalCache.replaced``."""
+    return _payload(blob, blob[_FLAGS])
+
+
 def _reheaded(blob, tid, known, flags):
     """``blob`` with a new header; same length, so same cost."""
     return _pack_meta(tid, known, flags) + blob[_META_SIZE:]
@@ -195,9 +200,10 @@ class LocalCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
-        #: Called as ``replaced(oid, tid, state)`` (under the cache's lock)
+        #: Called as ``replaced(oid, tid, entry)`` (under the cache's lock)
         #: when a newer revision replaces a cached one, so that a caller
-        #: may keep the old state elsewhere (conflict resolution needs it).
+        #: may keep the old state elsewhere (conflict resolution needs it);
+        #: :func:`entry_state` gives the state of ``entry`` when needed.
         self.replaced = None
 
     @property
@@ -520,7 +526,7 @@ class LocalCache:
             return
         old_tid, _, old_flags = _unpack_meta(old)
         if self.replaced is not None and not old_flags & _DELETED_STATE:
-            self.replaced(oid, old_tid, _payload(old, old_flags))
+            self.replaced(oid, old_tid, old)
         # A new revision keeps its place in the queues and counts as read.
         flags |= old_flags & _PROTECTED | _REFERENCED
         blob = _pack_meta(tid, known, flags)

@@ -36,6 +36,7 @@ from relstorage import undo as _undo
 from relstorage import persistentcache
 from relstorage.cache import RecentStates
 from relstorage.localcache import LocalCache
+from relstorage.localcache import entry_state
 from relstorage.localcache import make_cache
 from relstorage.errors import CommitLockTimeoutError
 from relstorage.iteration import TransactionIterator
@@ -101,7 +102,6 @@ class RelStorage(ConflictResolvingStorage):
         self._options = options
         self._name = options.name or adapter.describe()
         self._oids = OIDPool(adapter)
-        self._recent = RecentStates()
         self._cache = make_cache(
             int(options.cache_local_mb * 1024 * 1024),
             options.cache_local_object_max, options.cache_local_compression)
@@ -113,7 +113,11 @@ class RelStorage(ConflictResolvingStorage):
         shared = isinstance(self._cache, LocalCache)
         self._remember_loads = not options.keep_history and not shared
         if not options.keep_history and shared:
+            # The cache's entries, decoded when a resolution asks.
+            self._recent = RecentStates(decode=entry_state)
             self._cache.replaced = self._recent.remember
+        else:
+            self._recent = RecentStates()
         self._read_ahead_on = (options.read_ahead
                                and adapter.capabilities.network_round_trips)
         self._is_root = True
