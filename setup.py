@@ -18,11 +18,14 @@ setup(
     long_description=read('README.rst'),
     long_description_content_type='text/x-rst',
     license='ZPL-2.1',
-    package_dir={'': 'src'},
-    packages=find_packages('src'),
+    # The schema's migration steps live at the top of the source tree
+    # (migrations/) and are installed as relstorage.migrations.
+    package_dir={'': 'src', 'relstorage.migrations': 'migrations'},
+    packages=find_packages('src') + ['relstorage.migrations'],
     include_package_data=True,
     package_data={
         'relstorage': ['component.xml'],
+        'relstorage.migrations': ['*/*.sql', '*.rst'],
         'relstorage.adapters.sqlite': ['*.sql'],
         'relstorage.adapters.postgresql': ['*.sql'],
         'relstorage.adapters.mysql': ['*.sql'],

@@ -1,30 +1,44 @@
 """Shared default of the schema role (see interfaces.ISchema).
 
-The DDL of each database and history mode is a plain SQL file beside its
-adapter (``schema-history-preserving.sql``, ``schema-history-free.sql``);
-this module reads it, checks the ``schema_version`` row, and creates the
-schema once even when several processes start at the same time (the
-database-specific ``_creating`` serialises them).
+The first schema (version 1) of each database and history mode is a plain
+SQL file beside its adapter (``schema-history-preserving.sql``,
+``schema-history-free.sql``); every later version is a step in the
+top-level ``migrations/`` directory (installed as
+``relstorage.migrations``), never an edit of the first.  A new database is
+made by running version 1 and then every step in order, so the steps are
+exercised by every test that creates a database.
+
+This module checks the ``schema_version`` row and creates the schema once
+even when several processes start at the same time (the database-specific
+``_creating`` serialises them).  A database at an older version is refused
+with the steps it needs; applying them is the administrator's decision.
 """
 import contextlib
 import os
 
+from relstorage import migrations
 from relstorage.adapters.interfaces import ISchema
 from relstorage.errors import SchemaError
 from zope.interface import implementer
 
-SCHEMA_VERSION = 1
+#: The version this code reads and writes.
+SCHEMA_VERSION = migrations.LATEST
 
 
-def ddl_statements(directory, keep_history):
-    """The statements of one schema file, without comments."""
-    name = ('schema-history-preserving.sql' if keep_history
-            else 'schema-history-free.sql')
-    with open(os.path.join(directory, name), encoding='utf-8') as f:
+def sql_statements(path):
+    """The statements of one SQL file, without comments."""
+    with open(path, encoding='utf-8') as f:
         text = f.read()
     lines = [line for line in text.splitlines()
              if not line.lstrip().startswith('--')]
     return [s.strip() for s in '\n'.join(lines).split(';') if s.strip()]
+
+
+def ddl_statements(directory, keep_history):
+    """The statements of one first-version schema file."""
+    name = ('schema-history-preserving.sql' if keep_history
+            else 'schema-history-free.sql')
+    return sql_statements(os.path.join(directory, name))
 
 
 def _mode(keep_history):
@@ -34,8 +48,10 @@ def _mode(keep_history):
 @implementer(ISchema)
 class Schema:
 
-    #: The directory of the adapter's schema files.
+    #: The directory of the adapter's first-version schema files.
     DDL_DIR = None
+    #: The adapter's name in migration file names (``postgresql``...).
+    DATABASE = None
 
     def __init__(self, connmanager, keep_history):
         self.connmanager = connmanager
@@ -49,28 +65,65 @@ class Schema:
         conn = cm.connect()
         cursor = conn.cursor()
         try:
-            if self._complete(cursor):
+            version = self._version(cursor)
+            if version == SCHEMA_VERSION:
                 # The usual case: nothing to create, so no lock to take
                 # (another process may be committing right now).
                 self._check(cursor)
                 return
+            if version is not None and version > SCHEMA_VERSION:
+                self._refuse(version)
             if not create or read_only:
+                if version is not None:
+                    self._refuse(version)
                 raise SchemaError(
                     f'{self.describe()} holds no (or an incomplete) '
                     f'relstorage schema and create-schema is false (or the '
                     f'storage is read-only)')
             with self._creating(conn, cursor):
-                if self._complete(cursor):
-                    self._check(cursor)     # another process was faster
-                else:
+                # Another process may have been creating it meanwhile: an
+                # older version seen before the lock may have been one
+                # half-way through creation, so look again.
+                version = self._version(cursor)
+                if version is None:
                     # Where DDL is not transactional (MySQL) another
-                    # process may be half-way: the statements are
+                    # process may have died half-way: the statements are
                     # idempotent there, so running them all completes it.
-                    for stmt in ddl_statements(self.DDL_DIR,
-                                               self.keep_history):
+                    for stmt in self.creation_statements():
                         cursor.execute(stmt)
+                elif version != SCHEMA_VERSION:
+                    self._refuse(version)
+                self._check(cursor)
         finally:
             cm.close(conn, cursor)
+
+    def creation_statements(self):
+        """The statements that make a new database: version 1, then every
+        migration step."""
+        statements = ddl_statements(self.DDL_DIR, self.keep_history)
+        for step in migrations.steps(1, SCHEMA_VERSION):
+            statements += self.step_statements(step)
+        return statements
+
+    def step_statements(self, step):
+        """The statements of one migration step for this database and
+        history mode."""
+        return sql_statements(step.path(self.DATABASE, self.keep_history))
+
+    def _refuse(self, version):
+        where = self.describe()
+        if version > SCHEMA_VERSION:
+            raise SchemaError(
+                f'{where} holds schema version {version}, newer than '
+                f'version {SCHEMA_VERSION} that this relstorage knows: '
+                f'upgrade relstorage')
+        files = ', '.join(
+            step.relative_path(self.DATABASE, self.keep_history)
+            for step in migrations.steps(version, SCHEMA_VERSION))
+        raise SchemaError(
+            f'{where} holds schema version {version}; this relstorage needs '
+            f'version {SCHEMA_VERSION}: apply the migration steps {files} '
+            f'(see migrations/README.rst)')
 
     def _list_tables(self, cursor):
         """The names of the tables in the database (or schema)."""
@@ -91,25 +144,24 @@ class Schema:
                 f'schema: {", ".join(sorted(tables))}')
         return tables
 
-    def _complete(self, cursor):
-        """True if the schema exists with its version row."""
+    def _version(self, cursor):
+        """The schema version the database holds, or None if it holds no
+        complete schema (no tables, or no version row yet)."""
         if not self._tables(cursor):
-            return False
-        cursor.execute('SELECT COUNT(*) FROM schema_version')
-        return cursor.fetchone()[0] > 0
+            return None
+        cursor.execute('SELECT version FROM schema_version')
+        rows = cursor.fetchall()
+        if not rows:
+            return None
+        if len(rows) != 1:
+            raise SchemaError(
+                f'{self.describe()}: schema_version holds {len(rows)} rows')
+        return rows[0][0]
 
     def _check(self, cursor):
-        cursor.execute('SELECT version, keep_history FROM schema_version')
-        rows = cursor.fetchall()
-        where = self.describe()
-        if len(rows) != 1:
-            raise SchemaError(f'{where}: schema_version holds {len(rows)} rows')
-        version, keep_history = rows[0]
-        if version != SCHEMA_VERSION:
-            raise SchemaError(
-                f'{where} holds schema version {version}; this relstorage '
-                f'knows version {SCHEMA_VERSION} (see migrations/)')
+        cursor.execute('SELECT keep_history FROM schema_version')
+        keep_history = cursor.fetchone()[0]
         if bool(keep_history) != self.keep_history:
             raise SchemaError(
-                f'{where} holds a {_mode(keep_history)} schema but '
+                f'{self.describe()} holds a {_mode(keep_history)} schema but '
                 f'keep-history is {str(self.keep_history).lower()}')

@@ -3,14 +3,21 @@ import contextlib
 import os
 
 from relstorage.adapters.schema import Schema
+from relstorage.errors import CommitLockTimeoutError
 
 TABLES = ('schema_version', 'commit_row', 'new_oid', 'transaction_log',
-          'object_state', 'superseded_state', 'current_object')
+          'object_state', 'superseded_state', 'current_object',
+          'blob_chunk', 'object_blob')
+
+#: The tables that hold data (zap_all empties them).
+DATA_TABLES = ('object_state', 'superseded_state', 'current_object',
+               'transaction_log', 'object_blob', 'blob_chunk')
 
 
 class MySQLSchema(Schema):
 
     DDL_DIR = os.path.dirname(os.path.abspath(__file__))
+    DATABASE = 'mysql'
 
     def _list_tables(self, cursor):
         cursor.execute("""
@@ -21,14 +28,30 @@ class MySQLSchema(Schema):
     @contextlib.contextmanager
     def _creating(self, conn, cursor):
         # DDL commits by itself in MySQL, and every statement of the schema
-        # files is idempotent: processes creating it at once need no lock.
-        yield
+        # files is idempotent, so two processes creating it at once do no
+        # harm.  But a process that looks while another is half-way sees
+        # version 1 before the migration steps have run, which looks like
+        # an old database: a named lock (per database: lock names are
+        # server-wide) makes it look again once the other is done.
+        cursor.execute(
+            "SELECT GET_LOCK(CONCAT('relstorage-schema:', MD5(DATABASE())), "
+            "%s)", (max(1, int(self.connmanager.lock_timeout)),))
+        if cursor.fetchone()[0] != 1:
+            raise CommitLockTimeoutError(
+                f'{self.describe()}: another process kept the schema lock '
+                f'for longer than commit-lock-timeout while creating the '
+                f'schema')
+        try:
+            yield
+        finally:
+            cursor.execute(
+                "DO RELEASE_LOCK(CONCAT('relstorage-schema:', "
+                "MD5(DATABASE())))")
 
     def zap_all(self):
         with self.connmanager.write_session('clearing the database') as cur:
             tables = set(self._list_tables(cur))
-            for table in ('object_state', 'superseded_state',
-                          'current_object', 'transaction_log'):
+            for table in DATA_TABLES:
                 if table in tables:
                     cur.execute(f'DELETE FROM {table}')
             cur.execute('UPDATE commit_row SET tid = 0')

@@ -5,7 +5,11 @@ import os
 from relstorage.adapters.schema import Schema
 
 TABLES = ('schema_version', 'commit_row', 'transaction_log', 'object_state',
-          'superseded_state', 'current_object')
+          'superseded_state', 'current_object', 'blob_chunk', 'object_blob')
+
+#: The tables that hold data (zap_all empties them).
+DATA_TABLES = ('object_state', 'superseded_state', 'current_object',
+               'transaction_log', 'object_blob', 'blob_chunk')
 
 #: The advisory lock (an arbitrary constant) that serialises processes
 #: creating the schema at the same time.
@@ -15,6 +19,7 @@ SCHEMA_LOCK = 0x52454c5354  # 'RELST'
 class PostgreSQLSchema(Schema):
 
     DDL_DIR = os.path.dirname(os.path.abspath(__file__))
+    DATABASE = 'postgresql'
 
     def _list_tables(self, cursor):
         cursor.execute("""
@@ -35,9 +40,7 @@ class PostgreSQLSchema(Schema):
     def zap_all(self):
         with self.connmanager.write_session('clearing the database') as cur:
             tables = set(self._list_tables(cur))
-            present = [t for t in ('object_state', 'superseded_state',
-                                   'current_object', 'transaction_log')
-                       if t in tables]
+            present = [t for t in DATA_TABLES if t in tables]
             cur.execute(f'TRUNCATE {", ".join(present)}')
             cur.execute('UPDATE commit_row SET tid = 0')
             cur.execute('ALTER SEQUENCE zoid_seq RESTART WITH 1')

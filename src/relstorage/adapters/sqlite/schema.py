@@ -6,12 +6,18 @@ import time
 from relstorage.adapters.schema import Schema
 
 TABLES = ('schema_version', 'commit_row', 'oid_counter', 'transaction_log',
-          'object_state', 'superseded_state', 'current_object')
+          'object_state', 'superseded_state', 'current_object',
+          'blob_chunk', 'object_blob')
+
+#: The tables that hold data (zap_all empties them).
+DATA_TABLES = ('object_state', 'superseded_state', 'current_object',
+               'transaction_log', 'object_blob', 'blob_chunk')
 
 
 class SQLiteSchema(Schema):
 
     DDL_DIR = os.path.dirname(os.path.abspath(__file__))
+    DATABASE = 'sqlite'
 
     def _list_tables(self, cursor):
         cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
@@ -44,8 +50,7 @@ class SQLiteSchema(Schema):
     def zap_all(self):
         with self.connmanager.write_session('clearing the database') as cur:
             tables = set(self._list_tables(cur))
-            for table in ('object_state', 'superseded_state',
-                          'current_object', 'transaction_log'):
+            for table in DATA_TABLES:
                 if table in tables:
                     cur.execute(f'DELETE FROM {table}')
             cur.execute('UPDATE commit_row SET tid = 0')
