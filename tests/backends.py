@@ -39,6 +39,10 @@ class SQLiteBackend:
         from relstorage.adapters.sqlite import SQLiteAdapter
         return SQLiteAdapter(data_dir=database, **adapter_options)
 
+    def capabilities(self):
+        from relstorage.adapters.sqlite import SQLiteAdapter
+        return SQLiteAdapter.capabilities
+
     def open(self, database, **options):
         return RelStorage(self.adapter(database), **options)
 
@@ -82,6 +86,10 @@ class PostgreSQLBackend:
         from relstorage.adapters.postgresql import PostgreSQLAdapter
         adapter_options.setdefault('driver', self.driver)
         return PostgreSQLAdapter(dsn=database, **adapter_options)
+
+    def capabilities(self):
+        from relstorage.adapters.postgresql import PostgreSQLAdapter
+        return PostgreSQLAdapter.capabilities
 
     def open(self, database, **options):
         return RelStorage(self.adapter(database), **options)
@@ -139,6 +147,10 @@ class MySQLBackend:
         from relstorage.adapters.mysql import MySQLAdapter
         adapter_options.setdefault('driver', self.driver)
         return MySQLAdapter(**self._keys(database), **adapter_options)
+
+    def capabilities(self):
+        from relstorage.adapters.mysql import MySQLAdapter
+        return MySQLAdapter.capabilities
 
     def open(self, database, **options):
         return RelStorage(self.adapter(database), **options)

@@ -10,12 +10,6 @@ run.
 Tests branch on adapter capabilities, never on the backend's name.
 """
 import io
-import json
-import os
-import queue
-import subprocess
-import sys
-import threading
 import time
 
 import pytest
@@ -28,115 +22,12 @@ from ZODB.utils import u64
 from zodbpickle.pickle import Unpickler
 
 import workers
+from children import Worker
 from relstorage.errors import CommitLockTimeoutError
-
-WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                       'workers.py')
 
 #: Seconds a child may take to start and open the database.
 START_TIMEOUT = 30
 
-#: Seconds a whole child run may take before the test fails.
-RUN_TIMEOUT = 60
-
-
-class Worker:
-    """One child process running tests/workers.py."""
-
-    def __init__(self, label, args, log_dir):
-        self.label = label
-        self.stderr_path = os.path.join(log_dir, f'{label}.stderr')
-        self._stderr = open(self.stderr_path, 'wb')
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, WORKERS, *[str(a) for a in args]],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=self._stderr, text=True, encoding='utf-8', bufsize=1)
-        except BaseException:
-            self._stderr.close()
-            raise
-        self._lines = queue.Queue()
-        self.output = []
-        self._reader = threading.Thread(
-            target=self._read, name=f'read-{label}', daemon=True)
-        self._reader.start()
-
-    def _read(self):
-        try:
-            for line in self.proc.stdout:
-                self._lines.put(line)
-        except (OSError, ValueError):
-            pass
-        finally:
-            self._lines.put(None)
-
-    def stderr(self):
-        self._stderr.flush()
-        with open(self.stderr_path, encoding='utf-8', errors='replace') as f:
-            return f.read()
-
-    def _fail(self, why):
-        self.kill()
-        pytest.fail(f'worker {self.label}: {why}\n'
-                    f'stdout: {"".join(self.output)}\n'
-                    f'stderr:\n{self.stderr()}')
-
-    def expect(self, event, timeout=RUN_TIMEOUT):
-        """Wait for the next JSON line with ``event`` and return it; fail
-        the test on an exit, another event or the timeout."""
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                line = self._lines.get(
-                    timeout=remaining) if remaining > 0 else None
-            except queue.Empty:
-                line = None
-                remaining = 0
-            if line is None:
-                if remaining <= 0:
-                    self._fail(f'no {event!r} within {timeout}s')
-                self._fail(f'exited (status {self.proc.wait(10)}) before '
-                           f'{event!r}')
-            self.output.append(line)
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue          # stray output; kept for the report
-            if message.get('event') != event:
-                self._fail(f'expected {event!r}, got {message!r}')
-            return message
-
-    def send(self, word):
-        self.proc.stdin.write(word + '\n')
-        self.proc.stdin.flush()
-
-    def wait(self, timeout=RUN_TIMEOUT):
-        """Wait for a clean exit."""
-        try:
-            status = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self._fail(f'still running after {timeout}s')
-        if status != 0:
-            self._fail(f'exit status {status}')
-
-    def kill(self):
-        """SIGKILL (TerminateProcess on Windows) and reap."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(30)
-
-    def close(self):
-        try:
-            self.kill()
-        finally:
-            self._reader.join(10)
-            for stream in (self.proc.stdin, self.proc.stdout):
-                try:
-                    stream.close()
-                except (OSError, ValueError):
-                    pass
-            self._stderr.close()
 
 
 @pytest.fixture

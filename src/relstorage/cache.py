@@ -33,6 +33,8 @@ import threading
 #: What an entry costs beyond its state's length: the key, the dict's slot
 #: (an approximation).
 ENTRY_OVERHEAD = 100
+#: At most this many deletions are remembered for loadBefore (below).
+MAX_DELETIONS = 10000
 
 
 class RecentStates:
@@ -46,6 +48,9 @@ class RecentStates:
         self._young = {}        # oid << 64 | tid -> what was remembered
         self._old = {}
         self._young_bytes = 0
+        # oid -> (tid, end): the revision of oid at tid that a deletion
+        # committed by this process at end replaced.
+        self._deleted = {}
         self._lock = threading.Lock()
 
     def remember(self, oid, tid, value):
@@ -82,11 +87,33 @@ class RecentStates:
             self.remember(oid, tid, value)
         return value if self._decode is None else self._decode(value)
 
+    def deleted(self, oid, tid, end):
+        """``oid``'s revision at ``tid`` was current until this process
+        deleted the object at ``end``.  History-free loadBefore answers
+        from what is remembered of it (``before``): the database no longer
+        holds it, but ZODB's external garbage collection expects to read it
+        until a pack."""
+        with self._lock:
+            if len(self._deleted) >= MAX_DELETIONS:
+                self._deleted = {}
+            self._deleted[oid] = (tid, end)
+
+    def before(self, oid, tid):
+        """``(state, start, end)`` of a deleted revision of ``oid`` that was
+        current just before ``tid``, if it is remembered; else None."""
+        with self._lock:
+            span = self._deleted.get(oid)
+        if span is None or not span[0] < tid <= span[1]:
+            return None
+        state = self.get(oid, span[0])
+        return None if state is None else (state, span[0], span[1])
+
     def clear(self):
         with self._lock:
             self._young = {}
             self._old = {}
             self._young_bytes = 0
+            self._deleted = {}
 
     def size_bytes(self):
         """What the remembered entries cost, as counted against the limit

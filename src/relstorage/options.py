@@ -92,6 +92,34 @@ def _megabytes(key, value):
     return number
 
 
+_SIZE_SUFFIXES = {'kb': 1 << 10, 'mb': 1 << 20, 'gb': 1 << 30, 'tb': 1 << 40}
+
+
+def _byte_size(key, low, high, value):
+    """A number of bytes, with an optional suffix KB, MB, GB or TB (powers
+    of 1024, any case) as ZConfig's byte-size and RelStorage 4 accept."""
+    text = str(value).strip().lower().replace('_', '')
+    factor = 1
+    if text[-2:] in _SIZE_SUFFIXES:
+        factor = _SIZE_SUFFIXES[text[-2:]]
+        text = text[:-2].strip()
+    try:
+        number = int(text) * factor
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        raise ConfigurationError(
+            f'{key}: {value!r} is not a size in bytes from {low} to {high} '
+            f'(a whole number, optionally with KB, MB or GB)')
+    return number
+
+
+def _optional_byte_size(key, low, high, value):
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return _byte_size(key, low, high, value)
+
+
 def _choice(choices, key, value):
     text = str(value).strip()
     for choice in choices:
@@ -109,12 +137,23 @@ keep_history = functools.partial(_boolean, 'keep-history')
 create_schema = functools.partial(_boolean, 'create-schema')
 commit_lock_timeout = functools.partial(_seconds, 'commit-lock-timeout')
 read_ahead = functools.partial(_boolean, 'read-ahead')
+pack_gc = functools.partial(_boolean, 'pack-gc')
 cache_local_mb = functools.partial(_megabytes, 'cache-local-mb')
 cache_local_object_max = functools.partial(
     _integer, 'cache-local-object-max', 0, 1 << 30)
 cache_local_compression = functools.partial(
     _choice, ('none', 'zlib'), 'cache-local-compression')
 cache_local_dir = functools.partial(_optional_directory, 'cache-local-dir')
+blob_dir = functools.partial(_optional_directory, 'blob-dir')
+shared_blob_dir = functools.partial(_boolean, 'shared-blob-dir')
+blob_cache_size = functools.partial(
+    _optional_byte_size, 'blob-cache-size', 0, 1 << 60)
+blob_cache_size_check = functools.partial(
+    _integer, 'blob-cache-size-check', 1, 100)
+blob_cache_size_check_external = functools.partial(
+    _boolean, 'blob-cache-size-check-external')
+blob_chunk_size = functools.partial(
+    _byte_size, 'blob-chunk-size', 4096, 512 << 20)
 data_dir = functools.partial(_directory, 'data-dir')
 sqlite_driver = functools.partial(_choice, ('auto', 'sqlite3'), 'driver')
 dsn = functools.partial(_text, 'dsn')

@@ -16,6 +16,12 @@ The pipeline, on a database connection of its own:
    and every revision up to the pack tid of a garbage object.  Then
    transactions up to the pack tid are marked packed (no longer undoable)
    and those left without data are removed.
+3. **Blobs.**  The rows that tie removed revisions to their blobs went with
+   them; the chunks of blobs no revision refers to any more (also those a
+   pack interrupted before this step left) are removed in batches of their
+   own, outside the commit lock.  Then, with a blob-dir, the files of
+   revisions at or before the pack tid that no longer exist are removed
+   from it (the shared directory, or this machine's cache).
 
 Progress is logged at INFO level.
 """
@@ -30,6 +36,8 @@ log = logging.getLogger(__name__)
 
 #: Objects per analysis page and per deletion batch.
 BATCH = 1000
+#: Blobs whose chunks one transaction removes.
+BLOB_BATCH = 100
 #: Fraction of wall time the deletion phase may keep the database busy.
 DUTY_CYCLE = 0.5
 #: Seconds between progress messages.
@@ -63,6 +71,12 @@ def pack(storage, t, referencesf, gc=True):
             pack_tid = _analyse(adapter, conn, cursor, t, referencesf, gc)
             if pack_tid is not None:
                 _delete(adapter, conn, cursor, pack_tid)
+            # Also without a pack tid: chunks an interrupted pack left.
+            _remove_blob_chunks(adapter, conn, cursor)
+            if pack_tid is not None and storage._blobs is not None:
+                removed = storage._blobs.sweep(cursor, pack_tid)
+                log.info('pack: %d blob files removed from %s', removed,
+                         storage._blobs.directory)
     finally:
         cm.close(conn, cursor)
     # States remembered for conflict resolution may be of packed revisions.
@@ -140,8 +154,54 @@ def _reachable(packer, cursor, pack_tid, referencesf, total):
     return reachable
 
 
-def _delete(adapter, conn, cursor, pack_tid):
+def _write(adapter, conn, cursor, apply, commit_lock=True):
+    """``apply()`` in a write transaction of its own, committed (rolled
+    back if it raises); under the commit lock unless ``commit_lock`` is
+    false."""
     cm = adapter.connmanager
+    cm.begin_write(cursor, 'packing')
+    try:
+        if commit_lock:
+            # Under the commit lock no tpc_finish runs at the same time,
+            # so the two can never deadlock (InnoDB's gap locks could
+            # otherwise make a finish the victim).
+            adapter.locker.hold_commit_lock(cursor)
+        apply()
+        cm.commit(conn, cursor)
+    except BaseException:
+        cm.rollback(conn, cursor)
+        raise
+
+
+def _pause_after(started):
+    """Sleep so that the work since ``started`` keeps to the duty
+    cycle."""
+    busy = time.monotonic() - started
+    time.sleep(busy * (1.0 - DUTY_CYCLE) / DUTY_CYCLE)
+
+
+def _remove_blob_chunks(adapter, conn, cursor):
+    """Remove the chunks of blobs that no revision refers to, a batch per
+    transaction.  No commit lock is needed: a blob's chunks belong to one
+    revision, and uncommitted ones are invisible here."""
+    progress = _Progress('orphaned blobs removed')
+    after = -1
+    while True:
+        blob_ids = adapter.blobs.orphans(cursor, after, BLOB_BATCH)
+        if not blob_ids:
+            break
+        after = blob_ids[-1]
+        started = time.monotonic()
+        _write(adapter, conn, cursor,
+               lambda: adapter.blobs.delete_chunks(cursor, blob_ids),
+               commit_lock=False)
+        progress.add(len(blob_ids))
+        _pause_after(started)
+    if progress.done:
+        log.info('pack: the data of %d blobs removed', progress.done)
+
+
+def _delete(adapter, conn, cursor, pack_tid):
     packer = adapter.packer
 
     def batches(fetch, apply, what):
@@ -154,20 +214,9 @@ def _delete(adapter, conn, cursor, pack_tid):
             last = rows[-1]
             after = last[0] if isinstance(last, tuple) else last
             started = time.monotonic()
-            cm.begin_write(cursor, 'packing')
-            try:
-                # Under the commit lock no tpc_finish runs at the same time,
-                # so the two can never deadlock (InnoDB's gap locks could
-                # otherwise make a finish the victim).
-                adapter.locker.hold_commit_lock(cursor)
-                apply(rows)
-                cm.commit(conn, cursor)
-            except BaseException:
-                cm.rollback(conn, cursor)
-                raise
+            _write(adapter, conn, cursor, lambda: apply(rows))
             progress.add(len(rows))
-            busy = time.monotonic() - started
-            time.sleep(busy * (1.0 - DUTY_CYCLE) / DUTY_CYCLE)
+            _pause_after(started)
 
     batches(packer.garbage,
             lambda zoids: packer.delete_garbage(cursor, zoids, pack_tid),
@@ -175,11 +224,4 @@ def _delete(adapter, conn, cursor, pack_tid):
     batches(packer.old_revisions,
             lambda rows: packer.delete_old_revisions(cursor, rows),
             'objects with old revisions removed')
-    cm.begin_write(cursor, 'packing')
-    try:
-        adapter.locker.hold_commit_lock(cursor)
-        packer.finish(cursor, pack_tid)
-        cm.commit(conn, cursor)
-    except BaseException:
-        cm.rollback(conn, cursor)
-        raise
+    _write(adapter, conn, cursor, lambda: packer.finish(cursor, pack_tid))

@@ -20,6 +20,9 @@ import zope.interface
 from ZODB import POSException
 from ZODB._compat import loads
 from ZODB.ConflictResolution import ConflictResolvingStorage
+from ZODB.blob import BlobFile
+from ZODB.interfaces import IBlobStorage
+from ZODB.interfaces import IBlobStorageRestoreable
 from ZODB.interfaces import IExternalGC
 from ZODB.interfaces import IMultiCommitStorage
 from ZODB.interfaces import IMVCCPrefetchStorage
@@ -34,6 +37,8 @@ from ZODB.utils import z64
 
 from relstorage import undo as _undo
 from relstorage import persistentcache
+from relstorage.blobs import make_blobs
+from relstorage.blobs import no_blob_dir
 from relstorage.cache import RecentStates
 from relstorage.localcache import LocalCache
 from relstorage.localcache import entry_state
@@ -77,6 +82,8 @@ def _transaction_info(tid, user, description, extension):
     IStorageIteration,
     IStorageCurrentRecordIteration,
     IExternalGC,
+    IBlobStorage,
+    IBlobStorageRestoreable,
 )
 class RelStorage(ConflictResolvingStorage):
     """``RelStorage(adapter, name=None, options=None, **options)``.
@@ -102,6 +109,12 @@ class RelStorage(ConflictResolvingStorage):
         self._options = options
         self._name = options.name or adapter.describe()
         self._oids = OIDPool(adapter)
+        self._blobs = make_blobs(options, adapter, self._oids)
+        # History-free with blobs in the database: a commit that deletes or
+        # restores an object removes the blob of the revision it replaces.
+        self._blobs_replaced = (
+            self._blobs is not None and self._blobs.in_database
+            and not options.keep_history)
         self._cache = make_cache(
             int(options.cache_local_mb * 1024 * 1024),
             options.cache_local_object_max, options.cache_local_compression)
@@ -155,6 +168,8 @@ class RelStorage(ConflictResolvingStorage):
         other._options = self._options
         other._name = self._name
         other._oids = self._oids
+        other._blobs = self._blobs
+        other._blobs_replaced = self._blobs_replaced
         other._recent = self._recent
         other._cache = self._cache
         other._remember_loads = self._remember_loads
@@ -340,6 +355,8 @@ class RelStorage(ConflictResolvingStorage):
             for instance in list(self._instances):
                 instance.release()
             self._oids.close()
+            if self._blobs is not None:
+                self._blobs.close()
             if self._options.cache_local_dir:
                 persistentcache.save(self)
 
@@ -445,6 +462,13 @@ class RelStorage(ConflictResolvingStorage):
                 return row[0], p64(row[1]), None
             mover = self._adapter.mover
             row = mover.load_before(cursor, oid_int, before)
+            if row is None and not self._options.keep_history:
+                # History-free: the revision is gone unless this process
+                # deleted the object recently (see RecentStates.deleted).
+                found = self._recent.before(oid_int, before)
+                if found is not None:
+                    state, start, end = found
+                    return state, p64(start), p64(end)
             if row is None:
                 if not mover.exists(cursor, oid_int):
                     raise POSException.POSKeyError(oid)
@@ -565,7 +589,7 @@ class RelStorage(ConflictResolvingStorage):
             cursor = self._begin_store()
             self._txn = PendingTransaction(
                 self._adapter, self._store_conn, cursor, transaction,
-                requested, status)
+                requested, status, self._blobs)
 
     def _begin_store(self):
         """Start the database transaction of a commit; a connection the
@@ -598,6 +622,8 @@ class RelStorage(ConflictResolvingStorage):
                     f'{type(data).__name__}, not bytes')
             self._adapter.mover.check_state_size(oid, len(data))
             txn.add(oid_int, prev, data)
+            if txn.blobs is not None:
+                txn.blobs.discard(oid_int)
 
     def restore(self, oid, serial, data, version, prev_txn, transaction):
         with self._lock:
@@ -621,12 +647,16 @@ class RelStorage(ConflictResolvingStorage):
             if data is not None:
                 self._adapter.mover.check_state_size(oid, len(data))
             txn.add(oid_int, None, data, data_txn)
+            if self._blobs_replaced:
+                txn.pending_blobs().remove(oid_int)
 
     def deleteObject(self, oid, oldserial, transaction):
         with self._lock:
             txn = self._writable(transaction)
-            txn.add(id_to_int(oid, 'oid'),
-                    id_to_int(oldserial, 'serial', oid), None)
+            oid_int = id_to_int(oid, 'oid')
+            txn.add(oid_int, id_to_int(oldserial, 'serial', oid), None)
+            if self._blobs_replaced:
+                txn.pending_blobs().remove(oid_int)
 
     def checkCurrentSerialInTransaction(self, oid, serial, transaction):
         with self._lock:
@@ -654,10 +684,15 @@ class RelStorage(ConflictResolvingStorage):
                 self.tpc_vote(transaction)
             with self._adapter.connmanager.translate():
                 tid = txn.finish(self._oids.highest)
+            if txn.blobs is not None:
+                txn.blobs.committed(tid)
             self._ltid = tid_bytes = p64(tid)
             self._own_tids.add(tid)
             committed = txn.committed_states()
             self._cache.store_committed(tid, committed)
+            if not self._options.keep_history:
+                for oid, prev_tid in txn.deletions().items():
+                    self._recent.deleted(oid, prev_tid, tid)
             if self._remember_loads:
                 for oid, state in committed.items():
                     self._recent.remember(oid, tid, state)
@@ -680,6 +715,8 @@ class RelStorage(ConflictResolvingStorage):
 
     def _abort(self):
         try:
+            if self._txn is not None and self._txn.blobs is not None:
+                self._txn.blobs.abort()
             if self._store_conn is not None:
                 self._adapter.connmanager.rollback(
                     self._store_conn, self._store_cursor)
@@ -746,14 +783,109 @@ class RelStorage(ConflictResolvingStorage):
         if self._options.read_only:
             raise POSException.ReadOnlyError()
         try:
-            pack(self, t, referencesf, gc)
+            pack(self, t, referencesf, gc and self._options.pack_gc)
         finally:
             # The pack removed revisions and objects without a new
             # transaction, so no poll will report them: forget everything
             # this process cached rather than serve a removed revision.
             self._cache.invalidate_all()
             self._recent.clear()
+            with self._lock:
+                if self._txn is None:
+                    # Nor may this instance's snapshot, taken before the
+                    # pack, keep answering for them (loadBefore, and the
+                    # download of a blob the pack removed).
+                    self._end_snapshot()
 
     def copyTransactionsFrom(self, other):
-        from ZODB.BaseStorage import copy
-        copy(other, self)
+        if self._blobs is not None:
+            # ZODB's copy with blobs: each blob record's file is copied
+            # from the source and given to restoreBlob.
+            from ZODB.blob import copyTransactionsFromTo
+            copyTransactionsFromTo(other, self)
+        else:
+            from ZODB.BaseStorage import copy
+            copy(other, self)
+
+    # -- blobs (IBlobStorage, IBlobStorageRestoreable) ------------------
+
+    def _blob_support(self, what, oid=None):
+        if self._blobs is None:
+            raise no_blob_dir(what, oid)
+        return self._blobs
+
+    @property
+    def fshelper(self):
+        """ZODB's FilesystemHelper of blob-dir: its layout (where the blob
+        of a revision is kept) and its tmp directory."""
+        return self._blob_support('fshelper').fshelper
+
+    def temporaryDirectory(self):
+        return self._blob_support('temporaryDirectory').temporary_directory()
+
+    def storeBlob(self, oid, oldserial, data, blobfilename, version,
+                  transaction):
+        """store() of the object, and of the blob file ``blobfilename``,
+        which becomes the storage's (moved into place at commit, removed at
+        abort)."""
+        oid_int = id_to_int(oid, 'oid')
+        self._blob_support('storeBlob', oid_int)
+        with self._lock:
+            self.store(oid, oldserial, data, version, transaction)
+            self._txn.pending_blobs().store(oid_int, blobfilename)
+
+    def restoreBlob(self, oid, serial, data, blobfilename, prev_txn,
+                    transaction):
+        oid_int = id_to_int(oid, 'oid')
+        self._blob_support('restoreBlob', oid_int)
+        with self._lock:
+            self.restore(oid, serial, data, '', prev_txn, transaction)
+            self._txn.pending_blobs().store(oid_int, blobfilename)
+
+    def loadBlob(self, oid, serial):
+        """The name of a file holding the blob of revision ``serial``;
+        POSKeyError naming both if there is none.  The file must not be
+        changed; with a blob cache (shared-blob-dir false) it may be trimmed
+        later, which openCommittedBlobFile prevents while the file is
+        open."""
+        oid_int = id_to_int(oid, 'oid')
+        tid_int = id_to_int(serial, 'serial', oid)
+        return self._blob_support('loadBlob', oid_int).load(
+            self, oid_int, tid_int)
+
+    def openCommittedBlobFile(self, oid, serial, blob=None):
+        oid_int = id_to_int(oid, 'oid')
+        tid_int = id_to_int(serial, 'serial', oid)
+        if blob is None:
+            def opener(path):
+                return open(path, 'rb')
+        else:
+            def opener(path):
+                return BlobFile(path, 'r', blob)
+        return self._blob_support('openCommittedBlobFile', oid_int).open(
+            self, oid_int, tid_int, opener)
+
+    def _read_committed(self, tid, what, read):
+        """``read(cursor)`` in a read snapshot that includes transaction
+        ``tid``: this instance's own, started for the read (and ended after
+        it) when none is open, or a short one of its own when the open one
+        is older than ``tid`` (or the instance is closed)."""
+        cm = self._adapter.connmanager
+        with self._lock:
+            if not self._closed:
+                started = self._snapshot_tid is None
+                cursor = self._snapshot_cursor()
+                try:
+                    if started or self._snapshot_tid >= tid:
+                        with cm.translate(what):
+                            return read(cursor)
+                finally:
+                    if started:
+                        self._end_snapshot()
+        conn, cursor = cm.open_load()
+        try:
+            with cm.translate(what):
+                cm.begin_snapshot(conn, cursor)
+                return read(cursor)
+        finally:
+            cm.close(conn, cursor)

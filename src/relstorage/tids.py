@@ -39,6 +39,10 @@ def id_to_int(value, what, oid=None):
     common case is checked first and no message is formatted for it."""
     if type(value) is bytes and len(value) == 8 and value[0] < 0x80:
         return _unpack_id(value)[0]
+    if isinstance(value, str) and len(value) == 8 and max(value) < '\x80':
+        # Callers written for Python 2 (ZODB's blob_transaction.txt among
+        # them) still pass ids as str: same bytes.
+        return id_to_int(value.encode('latin-1'), what, oid)
     if oid is not None:
         what = f'{what} of oid {oid!r}'
     if not isinstance(value, bytes) or len(value) != 8:

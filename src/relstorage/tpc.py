@@ -16,12 +16,18 @@ Where the database says staging costs more than sending the rows with the
 last step (``inline_limit``), a small commit that never spilled uploads
 nothing at vote: its rows stay in memory, conflict resolution changes them
 there, and ``finish`` hands them to ``finish_and_commit``.
+
+A commit that stores blobs carries a ``relstorage.blobs.PendingBlobs``
+(``blobs``): their data travels at vote, and they are tied to their
+revisions by the step-by-step finish, under the commit lock, just before
+the COMMIT.
 """
 from ZODB.POSException import ConflictError
 from ZODB.POSException import ReadConflictError
 from ZODB.POSException import StorageTransactionError
 from ZODB.utils import p64
 
+from relstorage.blobs import no_blob_dir
 from relstorage.tids import choose_tid
 
 #: Buffered pickle bytes past which rows are uploaded before vote.
@@ -50,8 +56,10 @@ class PendingTransaction:
     tpc_finish or tpc_abort."""
 
     def __init__(self, adapter, conn, cursor, transaction, tid=None,
-                 status=' '):
+                 status=' ', blob_support=None):
         self.adapter = adapter
+        #: The storage's relstorage.blobs support, or None (no blob-dir).
+        self.blob_support = blob_support
         self.conn = conn
         self.cursor = cursor
         self.transaction = transaction
@@ -65,6 +73,7 @@ class PendingTransaction:
         self.voted = False
         self.max_oid = -1
         self._rows = {}          # oid -> (prev_tid, state, data_txn)
+        self._deletions = {}     # oid -> prev_tid, of deleteObject rows
         self._order = {}         # oid -> position in store order
         self._next_ord = 0
         self.superseded = []     # (oid, state, data_txn, ord) of restores
@@ -73,6 +82,8 @@ class PendingTransaction:
         self._uploaded = set()
         self._committed_states = None
         self._inline = False     # rows go to finish_and_commit, not staged
+        #: The commit's blobs (relstorage.blobs.PendingBlobs), or None.
+        self.blobs = None
 
     # -- phase 1 -------------------------------------------------------
 
@@ -94,12 +105,24 @@ class PendingTransaction:
             self._order[oid] = self._next_ord
             self._next_ord += 1
         self._rows[oid] = (prev_tid, state, data_txn)
+        if state is None and prev_tid:
+            self._deletions[oid] = prev_tid
+        elif self._deletions:
+            self._deletions.pop(oid, None)
         if oid > self.max_oid:
             self.max_oid = oid
         if state is not None:
             self._buffered += len(state)
         if self._buffered >= SPILL_BYTES:
             self.upload()
+
+    def pending_blobs(self):
+        """The commit's PendingBlobs, made at the first blob it stores."""
+        if self.blobs is None:
+            if self.blob_support is None:
+                raise no_blob_dir('storing a blob')
+            self.blobs = self.blob_support.begin()
+        return self.blobs
 
     def upload(self):
         """Send the buffered rows to the staging table in one bulk call."""
@@ -148,9 +171,19 @@ class PendingTransaction:
                         and self._buffered <= limit[1])
         if not self._inline:
             self.upload()
+        blobs = self.blobs or None
+        # Blob data travels before the object locks are taken, except where
+        # the database has one lock for all writes (it must be held to
+        # write anything).
+        blobs_first = (blobs is not None and not
+                       adapter.capabilities.database_wide_write_lock)
+        if blobs_first:
+            blobs.upload(cursor)
         locked, current = adapter.locker.lock_for_vote(
             cursor, sorted(self._order), sorted(self.read_current),
             staged=not self._inline)
+        if blobs is not None and not blobs_first:
+            blobs.upload(cursor)
         self._check_requested_tid()
         if self.read_current:
             if current is None:
@@ -192,6 +225,8 @@ class PendingTransaction:
             if memory is not None:
                 memory[oid] = resolved
             self.resolved.append(p64(oid))
+        if blobs is not None:
+            blobs.locked(cursor)
         self.voted = True
         self._committed_states = memory
         return self.resolved
@@ -213,9 +248,10 @@ class PendingTransaction:
         Oids above ``allocated_through`` (the highest the allocator handed
         this process) move the allocator past them."""
         adapter, cursor = self.adapter, self.cursor
-        simple = (self.requested_tid is None and not self.superseded and (
-            self.max_oid < 0 or allocated_through is None
-            or self.max_oid <= allocated_through))
+        simple = (self.requested_tid is None and not self.superseded
+                  and not self.blobs and (
+                      self.max_oid < 0 or allocated_through is None
+                      or self.max_oid <= allocated_through))
         if simple and adapter.txncontrol.finish_and_commit is not None:
             # The database does the whole step in one call.
             if not self._inline:
@@ -248,8 +284,15 @@ class PendingTransaction:
             # Only oids the allocator never handed out (restore, explicit
             # oids) need it; ordinary commits leave it alone.
             adapter.oids.ensure_above(cursor, self.max_oid)
+        if self.blobs:
+            self.blobs.publish(cursor, tid)
         adapter.connmanager.commit(self.conn, cursor)
         return tid
+
+    def deletions(self):
+        """``{oid: prev_tid}`` of the objects this commit deletes
+        (deleteObject)."""
+        return self._deletions
 
     def committed_states(self):
         """``{oid: state}`` as committed, when known without a query."""

@@ -5,8 +5,10 @@ object had before T.  When the object has changed since T (in the database
 or earlier in this same undo transaction), ZODB's conflict resolution merges
 "undo T's change" into the newer state; if it cannot, UndoError.  An undo
 that copies an older revision unchanged records that revision's tid as the
-new record's ``data_txn``, which the iterator reports as a back-pointer.
+new record's ``data_txn``, which the iterator reports as a back-pointer,
+and, for a blob, copies that revision's blob.
 """
+from ZODB.blob import is_blob_record
 from ZODB.POSException import ConflictError
 from ZODB.POSException import UndoError
 from ZODB.utils import p64
@@ -45,6 +47,8 @@ def undo(storage, txn, transaction_id):
         if newer_state == undone_state:
             # Unchanged since T (or changed back): copy the older revision.
             txn.add(oid, prev_tid, before_state, before_tid or 0)
+            if txn.blob_support is not None and is_blob_record(before_state):
+                txn.pending_blobs().copy(oid, before_tid)
         else:
             if before_state is None or newer_state is None:
                 raise UndoError(

@@ -2,7 +2,7 @@
 
 An adapter is a small set of *roles*, each in a module of the same name in
 every adapter package (``connection.py``, ``schema.py``, ``locks.py``,
-``objects.py``, ``oids.py``, ``poll.py``, ``history.py``).  The shared
+``objects.py``, ``oids.py``, ``poll.py``, ``history.py``, ``blobs.py``).  The shared
 default implementation of a role lives next to this file
 (``adapters/objects.py`` ...) and runs the SQL constants its per-database
 subclass supplies; an adapter overrides a method only where its database
@@ -39,6 +39,7 @@ class IAdapter(Interface):
     txncontrol = Attribute("ITransactionControl")
     history = Attribute("IHistory")
     packer = Attribute("IPacker")
+    blobs = Attribute("IBlobMover")
 
     def configure(options):
         """Bind the adapter to a relstorage.options.Options.
@@ -349,6 +350,51 @@ class IHistory(Interface):
     def records(cursor, tid):
         """``[(oid, state, data_txn)]`` written by ``tid``, in the order they
         were stored."""
+
+
+class IBlobMover(Interface):
+    """Blob data kept in the database (``shared-blob-dir false``): chunks
+    under a blob id, and the row that ties a revision to its blob.  Every
+    method streams, holding at most one chunk (or one driver buffer) in
+    memory, whatever the blob's size."""
+
+    def check_chunk_size(connmanager, chunk_size):
+        """At start-up: raise ConfigurationError naming blob-chunk-size and
+        the server setting if a chunk of ``chunk_size`` bytes cannot travel
+        in one statement."""
+
+    def upload(cursor, blob_id, path, chunk_size):
+        """Store the file ``path`` as the chunks of ``blob_id``, inside the
+        commit's transaction; returns its size."""
+
+    def download(cursor, oid, tid, out):
+        """Write the blob of revision ``(oid, tid)`` to the file object
+        ``out``; returns its size, or None if the revision has no blob.
+        StorageError if its chunks do not add up to its size."""
+
+    def copy(cursor, oid, tid, blob_id):
+        """Copy the blob of revision ``(oid, tid)``, in the database, as the
+        chunks of ``blob_id`` (undo); returns its size, or None if the
+        revision has no blob."""
+
+    def publish(cursor, tid, rows):
+        """Under the commit lock: tie each ``(oid, blob_id, size)`` of
+        ``rows`` to revision ``(oid, tid)``."""
+
+    def drop(cursor, oids):
+        """History-free, at vote, with the objects locked: remove the blobs
+        of the current revisions of ``oids`` (the commit replaces them)."""
+
+    def orphans(cursor, after, limit):
+        """Blob ids, ascending and above ``after``, whose chunks no revision
+        refers to any more (a pack removed their revisions)."""
+
+    def delete_chunks(cursor, blob_ids):
+        """Remove the chunks of ``blob_ids``."""
+
+    def revisions(cursor, oids):
+        """The set of ``(oid, tid)`` revisions stored for ``oids`` (for
+        removing the files of the others from a blob directory)."""
 
 
 class IPacker(Interface):

@@ -32,6 +32,9 @@ class Packer:
     LOCK_GARBAGE = None
     OLD_REVISIONS = None      # (after_zoid, limit) -> zoid, keep_tid
     DELETE_OLD = None         # (zoid, keep_tid)
+    #: Like DELETE_OLD, for the rows that tie those revisions to their
+    #: blobs (the chunks become orphans, removed after the deletions).
+    DELETE_OLD_BLOBS = None
     FINISH = ()               # statements taking (pack_tid,)
     PARAM = '?'
 
@@ -89,6 +92,7 @@ class Packer:
     def delete_old_revisions(self, cursor, rows):
         if self.DELETE_OLD is not None:
             cursor.executemany(self.DELETE_OLD, rows)
+            cursor.executemany(self.DELETE_OLD_BLOBS, rows)
 
     def finish(self, cursor, pack_tid):
         for stmt in self.FINISH:

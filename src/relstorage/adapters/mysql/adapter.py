@@ -11,6 +11,7 @@ from . import objects
 from . import pack
 from . import poll
 from . import transactions
+from .blobs import MySQLBlobMover
 from .connection import MySQLConnectionManager
 from .connection import describe_params
 from .drivers import select_driver
@@ -59,6 +60,7 @@ class MySQLAdapter(Adapter):
             self.driver, self._params, options.commit_lock_timeout)
         self.schema = MySQLSchema(cm, hp)
         self.oids = MySQLOIDAllocator()
+        self.blobs = MySQLBlobMover()
         if hp:
             self.locker = locks.HistoryPreservingLocker(cm)
             self.mover = objects.HistoryPreservingMover(cm)

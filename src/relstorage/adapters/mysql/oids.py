@@ -31,4 +31,7 @@ class MySQLOIDAllocator(OIDAllocator):
         return oids
 
     def ensure_above(self, cursor, oid):
-        cursor.execute(self.ENSURE_ABOVE, (oid // self.BLOCK + 1,))
+        # Ids start at 1: the root's oid 0 is in no block (reserving block
+        # 1 for it would waste ids 1-100).
+        if oid >= 1:
+            cursor.execute(self.ENSURE_ABOVE, ((oid - 1) // self.BLOCK + 1,))

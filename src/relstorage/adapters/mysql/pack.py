@@ -85,8 +85,8 @@ class _MySQLPacker(Packer):
     def delete_old_revisions(self, cursor, rows):
         if self.DELETE_OLD is not None and rows:
             zoids = [zoid for zoid, _ in rows]
-            cursor.execute(self.DELETE_OLD.format(in_list=self._in(zoids)),
-                           zoids)
+            for stmt in (self.DELETE_OLD, self.DELETE_OLD_BLOBS):
+                cursor.execute(stmt.format(in_list=self._in(zoids)), zoids)
 
 
 class HistoryPreservingPacker(_MySQLPacker):
@@ -107,6 +107,7 @@ class HistoryPreservingPacker(_MySQLPacker):
         JOIN object_state o ON o.zoid = k.zoid AND o.tid = k.tid"""
     DELETE_GARBAGE = (
         'DELETE FROM object_state WHERE zoid = %s AND tid <= %s',
+        'DELETE FROM object_blob WHERE zoid = %s AND tid <= %s',
         # The object's current revision is at or before the pack tid and
         # no revision is left: it is gone.  (A join, not NOT EXISTS.)
         """DELETE c FROM current_object c
@@ -124,6 +125,10 @@ class HistoryPreservingPacker(_MySQLPacker):
         DELETE o FROM object_state o
         JOIN pack_object p ON p.zoid = o.zoid
         WHERE p.zoid IN ({in_list}) AND o.tid < p.keep_tid"""
+    DELETE_OLD_BLOBS = """
+        DELETE b FROM object_blob b
+        JOIN pack_object p ON p.zoid = b.zoid
+        WHERE p.zoid IN ({in_list}) AND b.tid < p.keep_tid"""
     FINISH = (
         'UPDATE transaction_log SET packed = TRUE WHERE tid <= %s AND NOT packed',
         """DELETE t FROM transaction_log t
@@ -151,4 +156,5 @@ class HistoryFreePacker(_MySQLPacker):
     # The rows are locked and at or before the pack tid (LOCK_GARBAGE).
     DELETE_GARBAGE = (
         'DELETE FROM object_state WHERE zoid = %s AND tid <= %s',
+        'DELETE FROM object_blob WHERE zoid = %s AND tid <= %s',
     )

@@ -11,6 +11,7 @@ from . import objects
 from . import pack
 from . import poll
 from . import transactions
+from .blobs import PostgreSQLBlobMover
 from .connection import PostgreSQLConnectionManager
 from .connection import describe_dsn
 from .drivers import select_driver
@@ -56,6 +57,7 @@ class PostgreSQLAdapter(Adapter):
             driver, self._dsn, options.commit_lock_timeout)
         self.schema = PostgreSQLSchema(cm, hp)
         self.oids = PostgreSQLOIDAllocator()
+        self.blobs = PostgreSQLBlobMover(driver)
         if hp:
             self.locker = locks.HistoryPreservingLocker(cm)
             self.mover = objects.HistoryPreservingMover(driver)

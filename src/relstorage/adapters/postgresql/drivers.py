@@ -53,6 +53,89 @@ def binary_copy_data(rows):
     return b''.join(out)
 
 
+class _PiecesReader:
+    """A file whose read() gives the pieces of an iterable in turn (what
+    psycopg2's copy_expert reads a COPY FROM STDIN from)."""
+
+    def __init__(self, pieces):
+        self._pieces = iter(pieces)
+
+    def read(self, size=-1):
+        return next(self._pieces, b'')
+
+
+class BinaryCopyReader:
+    """Parses PostgreSQL's binary COPY format as it arrives (``feed``, in
+    pieces of any size) for rows of one bytea field, writing each field's
+    bytes to ``out``; ``written`` counts them.  Holds at most one row that
+    arrived split."""
+
+    _HEADER = len(_COPY_HEADER)
+
+    def __init__(self, out):
+        self.out = out
+        self.written = 0
+        self._pending = bytearray()
+        self._header_seen = False
+        self.done = False
+
+    def feed(self, data):
+        if self._pending:
+            self._pending += data
+            data = memoryview(bytes(self._pending))
+            self._pending = bytearray()
+        else:
+            data = memoryview(data)
+        position = 0
+        end = len(data)
+        if not self._header_seen:
+            if end < self._HEADER:
+                self._pending += data
+                return
+            if bytes(data[:11]) != _COPY_HEADER[:11]:
+                raise ValueError('not a binary COPY stream')
+            position = self._HEADER
+            self._header_seen = True
+        while position < end and not self.done:
+            if end - position < 2:
+                break
+            fields = _UNPACK_H(data, position)[0]
+            if fields == -1:
+                self.done = True
+                return
+            if end - position < 6:
+                break
+            length = _UNPACK_I(data, position + 2)[0]
+            if fields != 1 or length < 0:
+                raise ValueError('expected rows of one non-null field')
+            if end - position < 6 + length:
+                break
+            self.out.write(data[position + 6:position + 6 + length])
+            self.written += length
+            position += 6 + length
+        if position < end:
+            self._pending += data[position:]
+
+    # psycopg2's copy_expert writes the stream to a file.
+    write = feed
+
+
+_UNPACK_H = struct.Struct('!h').unpack_from
+_UNPACK_I = struct.Struct('!i').unpack_from
+_CHUNK_ROW_HEAD = struct.Struct('!hiqiii').pack
+
+
+def chunk_rows(blob_id, pieces):
+    """The binary COPY stream of ``blob_chunk`` rows (blob_id BIGINT,
+    chunk_num INTEGER, data BYTEA) of ``pieces``, one row per piece, as an
+    iterable of bytes."""
+    yield _COPY_HEADER
+    for num, data in enumerate(pieces):
+        yield _CHUNK_ROW_HEAD(3, 8, blob_id, 4, num, len(data))
+        yield data
+    yield _COPY_TRAILER
+
+
 def oid_array(oids):
     """``oids`` (ints) as one array literal, the value of a
     ``%s::bigint[]`` parameter.  psycopg2 adapts a list element by element
@@ -102,6 +185,14 @@ class Prepared:
         self.prepare_sql = f'PREPARE {name}{args} AS {numbered}'
         self.execute_sql = f'EXECUTE {name}' + (
             f' ({", ".join(["%s"] * count)})' if count else '')
+
+
+class _Writer:
+    """A file whose write() calls a function (psycopg2's copy_expert
+    writes a COPY TO STDOUT to a file)."""
+
+    def __init__(self, write):
+        self.write = write
 
 
 class Psycopg2Driver:
@@ -162,6 +253,16 @@ class Psycopg2Driver:
             f'COPY {table} ({", ".join(columns)}) FROM STDIN '
             f'WITH (FORMAT binary)', io.BytesIO(data), size=65536)
 
+    def copy_in_stream(self, cursor, statement, pieces):
+        """``COPY ... FROM STDIN`` (``statement``) of the bytes that
+        ``pieces`` yields, one piece in memory at a time."""
+        cursor.copy_expert(statement, _PiecesReader(pieces))
+
+    def copy_out_stream(self, cursor, statement, write):
+        """``COPY ... TO STDOUT`` (``statement``), handing the stream to
+        ``write`` piece by piece as it arrives."""
+        cursor.copy_expert(statement, _Writer(write))
+
 
 class PsycopgDriver:
     name = 'psycopg'
@@ -213,6 +314,16 @@ class PsycopgDriver:
                 f'COPY {table} ({", ".join(columns)}) FROM STDIN '
                 f'WITH (FORMAT binary)') as copy:
             copy.write(binary_copy_data(rows))
+
+    def copy_in_stream(self, cursor, statement, pieces):
+        with cursor.copy(statement) as copy:
+            for piece in pieces:
+                copy.write(piece)
+
+    def copy_out_stream(self, cursor, statement, write):
+        with cursor.copy(statement) as copy:
+            for piece in copy:
+                write(piece)
 
 
 DRIVERS = {'psycopg2': Psycopg2Driver, 'psycopg': PsycopgDriver}

@@ -79,8 +79,9 @@ class _PostgreSQLPacker(Packer):
 
     def delete_old_revisions(self, cursor, rows):
         if self.DELETE_OLD is not None and rows:
-            cursor.execute(self.DELETE_OLD, (
-                [zoid for zoid, _ in rows], [tid for _, tid in rows]))
+            params = ([zoid for zoid, _ in rows], [tid for _, tid in rows])
+            cursor.execute(self.DELETE_OLD, params)
+            cursor.execute(self.DELETE_OLD_BLOBS, params)
 
 
 class HistoryPreservingPacker(_PostgreSQLPacker):
@@ -99,6 +100,7 @@ class HistoryPreservingPacker(_PostgreSQLPacker):
         JOIN object_state o ON o.zoid = k.zoid AND o.tid = k.tid"""
     DELETE_GARBAGE = (
         'DELETE FROM object_state WHERE zoid = ANY(%s) AND tid <= %s',
+        'DELETE FROM object_blob WHERE zoid = ANY(%s) AND tid <= %s',
         # Its current revision is at or before the pack tid, and no
         # revision is left: the object is gone.
         """DELETE FROM current_object c
@@ -117,6 +119,10 @@ class HistoryPreservingPacker(_PostgreSQLPacker):
         DELETE FROM object_state o
         USING unnest(%s::bigint[], %s::bigint[]) AS k(zoid, keep_tid)
         WHERE o.zoid = k.zoid AND o.tid < k.keep_tid"""
+    DELETE_OLD_BLOBS = """
+        DELETE FROM object_blob b
+        USING unnest(%s::bigint[], %s::bigint[]) AS k(zoid, keep_tid)
+        WHERE b.zoid = k.zoid AND b.tid < k.keep_tid"""
     FINISH = (
         'UPDATE transaction_log SET packed = TRUE WHERE tid <= %s AND NOT packed',
         """DELETE FROM transaction_log t
@@ -143,4 +149,5 @@ class HistoryFreePacker(_PostgreSQLPacker):
         WHERE tid <= %s"""
     DELETE_GARBAGE = (
         'DELETE FROM object_state WHERE zoid = ANY(%s) AND tid <= %s',
+        'DELETE FROM object_blob WHERE zoid = ANY(%s) AND tid <= %s',
     )

@@ -18,6 +18,7 @@ from . import objects
 from . import pack
 from . import poll
 from . import transactions
+from .blobs import SQLiteBlobMover
 from .connection import DB_FILENAME
 from .connection import SQLiteConnectionManager
 from .connection import check_pragmas
@@ -75,6 +76,7 @@ class SQLiteAdapter(Adapter):
         self.schema = SQLiteSchema(cm, hp)
         self.locker = SQLiteLocker(cm)
         self.oids = SQLiteOIDAllocator(cm)
+        self.blobs = SQLiteBlobMover()
         if hp:
             self.mover = objects.HistoryPreservingMover()
             self.poller = poll.HistoryPreservingPoller()

@@ -65,6 +65,7 @@ class HistoryPreservingPacker(_SQLitePacker):
         JOIN object_state o ON o.zoid = k.zoid AND o.tid = k.tid"""
     DELETE_GARBAGE = (
         'DELETE FROM object_state WHERE zoid = ?1 AND tid <= ?2',
+        'DELETE FROM object_blob WHERE zoid = ?1 AND tid <= ?2',
         # Its current revision is at or before the pack tid, and no
         # revision is left: the object is gone.
         """DELETE FROM current_object
@@ -80,6 +81,7 @@ class HistoryPreservingPacker(_SQLitePacker):
         ORDER BY p.zoid
         LIMIT ?"""
     DELETE_OLD = 'DELETE FROM object_state WHERE zoid = ? AND tid < ?'
+    DELETE_OLD_BLOBS = 'DELETE FROM object_blob WHERE zoid = ? AND tid < ?'
     FINISH = (
         'UPDATE transaction_log SET packed = 1 WHERE tid <= ? AND packed = 0',
         """DELETE FROM transaction_log
@@ -103,4 +105,5 @@ class HistoryFreePacker(_SQLitePacker):
         WHERE tid <= ?"""
     DELETE_GARBAGE = (
         'DELETE FROM object_state WHERE zoid = ? AND tid <= ?',
+        'DELETE FROM object_blob WHERE zoid = ? AND tid <= ?',
     )

@@ -1,0 +1,232 @@
+"""The blob cache of one machine (``shared-blob-dir false``).
+
+``blob-dir`` holds copies of blobs kept in the database, in ZODB's layout,
+filled when a blob is read and when this machine commits one.  Several
+processes may share one cache directory:
+
+* a file appears only whole: it is written under a temporary name beside
+  its place and renamed into it;
+* a reader that opens a cached blob (``openCommittedBlobFile``, which is
+  what ``Blob.open`` uses) holds a shared ``flock`` on it while it is
+  open, and the trimmer removes only files on which it gets an exclusive
+  one: a blob in use is never deleted under its reader;
+* the last use of a file is its access time, set explicitly at every use
+  (``relatime`` mounts would otherwise not record it);
+* trimming keeps the cache within ``blob-cache-size``, least recently used
+  first.  Each process counts what it writes into the cache and starts a
+  trim (in a thread, or with ``blob-cache-size-check-external`` in a
+  process of its own) each time ``blob-cache-size-check`` percent of the
+  size has been written; one trim at a time runs per directory, whichever
+  process starts it.
+
+Run as ``python -m relstorage.blobs.cache DIRECTORY SIZE`` it trims once
+(that is what the external check runs).
+"""
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from ZODB.blob import BLOB_SUFFIX
+
+try:
+    import fcntl
+except ImportError:    # Windows: an open file cannot be removed anyway.
+    fcntl = None
+
+log = logging.getLogger(__name__)
+
+#: The lock file that lets one trim at a time run on a directory.
+TRIM_LOCK = '.trim.lock'
+#: A temporary download or cache file older than this (seconds) was left
+#: by a process that died; the trimmer removes it.
+STALE_TEMPORARY = 3600.0
+def touch(path):
+    """Record a use of the cached blob ``path`` (its access time, which
+    orders the trim; a stat and a utime, a few microseconds); False if it is
+    not cached."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    try:
+        os.utime(path, (time.time(), st.st_mtime))
+    except OSError:
+        pass    # trimmed meanwhile, or not ours to change: still usable
+    return True
+
+
+def hold(file, path):
+    """Protect the open cached blob ``file`` from the trimmer for as long
+    as it stays open.  False if ``path`` was removed (or replaced) between
+    opening and locking: the caller opens it again."""
+    if fcntl is None:
+        return True
+    fcntl.flock(file.fileno(), fcntl.LOCK_SH)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(file.fileno())
+    return (st.st_ino, st.st_dev) == (opened.st_ino, opened.st_dev)
+
+
+def _remove_unless_open(path):
+    """Remove the cached blob ``path`` unless a reader holds it; True if it
+    was removed (or was already gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return False    # a reader holds it
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False    # Windows: open elsewhere
+        return True
+    finally:
+        os.close(fd)
+
+
+def _remove_empty_dirs(path, top):
+    """Remove ``path`` and its parents up to (not including) ``top`` while
+    they are empty."""
+    while len(path) > len(top):
+        try:
+            os.rmdir(path)
+        except OSError:
+            return
+        path = os.path.dirname(path)
+
+
+def trim(directory, target):
+    """Remove cached blobs, least recently used first, until those left take
+    at most ``target`` bytes; files in use are skipped.  Returns ``(bytes
+    before, bytes after)``, or None when another trim holds the
+    directory."""
+    directory = os.path.abspath(directory)
+    lock = open(os.path.join(directory, TRIM_LOCK), 'a')
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return None
+        entries = []
+        total = 0
+        now = time.time()
+        temporary = os.path.join(directory, 'tmp')
+        for dirpath, dirnames, filenames in os.walk(directory):
+            if dirpath == directory and 'tmp' in dirnames:
+                dirnames.remove('tmp')      # uncommitted blobs: not cached
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    continue
+                if name.endswith(BLOB_SUFFIX):
+                    entries.append((st.st_atime, st.st_size, path))
+                    total += st.st_size
+                elif (name.endswith('.tmp') and dirpath != temporary
+                      and now - st.st_mtime > STALE_TEMPORARY):
+                    _remove_unless_open(path)
+        before = total
+        if total > target:
+            entries.sort()
+            for _, size, path in entries:
+                if total <= target:
+                    break
+                if _remove_unless_open(path):
+                    total -= size
+                    _remove_empty_dirs(os.path.dirname(path), directory)
+        if before != total:
+            log.info('blob cache %s: trimmed from %d to %d bytes (target %d)',
+                     directory, before, total, target)
+        return before, total
+    finally:
+        lock.close()
+
+
+class CacheSize:
+    """Counts what this process writes into a cache directory and starts a
+    trim each time the check amount has been written."""
+
+    def __init__(self, directory, limit, check_percent, external=False):
+        self.directory = directory
+        self.limit = limit
+        self.external = external
+        self._check = (None if limit is None
+                       else max(1, limit * check_percent // 100))
+        self._written = 0
+        self._lock = threading.Lock()
+        self._thread = None
+        if limit is not None:
+            # The cache may have grown while this process was not running.
+            self.start_trim()
+
+    def written(self, size):
+        """``size`` bytes were just added to the cache."""
+        if self._check is None:
+            return
+        with self._lock:
+            self._written += size
+            due = self._written >= self._check
+            if due:
+                self._written = 0
+        if due:
+            self.start_trim()
+
+    def start_trim(self):
+        """Trim in the background, unless this process is trimming
+        already."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(
+                target=self._run, name=f'blob cache trim {self.directory}',
+                daemon=True)
+            self._thread.start()
+
+    def _run(self):
+        try:
+            if self.external:
+                subprocess.run(
+                    [sys.executable, '-m', __name__, self.directory,
+                     str(self.limit)], check=True, stdin=subprocess.DEVNULL)
+            else:
+                trim(self.directory, self.limit)
+        except Exception:
+            log.exception('trimming the blob cache %s failed', self.directory)
+
+    def wait(self, timeout=None):
+        """Wait for a trim in progress to end."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2 or not argv[1].isdigit():
+        print('usage: python -m relstorage.blobs.cache DIRECTORY SIZE',
+              file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO)
+    trim(argv[0], int(argv[1]))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
