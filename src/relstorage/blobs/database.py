@@ -16,7 +16,6 @@ still read it until they end.
 import errno
 import logging
 import os
-import tempfile
 
 from ZODB.blob import rename_or_copy_blob
 from ZODB.blob import set_not_writable
@@ -27,6 +26,7 @@ from relstorage.blobs import BlobDirectory
 from relstorage.blobs import PendingBlobs
 from relstorage.blobs import missing_blob
 from relstorage.blobs import remove_quietly
+from relstorage.blobs import unique_name
 from relstorage.blobs import cache
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class DatabaseBlobs(BlobDirectory):
 
         def read(cursor):
             def write(temporary):
-                with open(temporary, 'wb') as out:
+                with open(temporary, 'xb') as out:
                     return mover.download(cursor, oid, tid, out)
             return self.place(oid, tid, write)
 
@@ -105,17 +105,19 @@ class DatabaseBlobs(BlobDirectory):
         (what is committed is in the database either way)."""
         for attempt in range(OPEN_ATTEMPTS):
             directory = self.make_oid_dir(oid)
+            temporary = unique_name(directory, tid_repr(tid) + '-')
             try:
-                fd, temporary = tempfile.mkstemp(
-                    suffix='.tmp', prefix=tid_repr(tid) + '-', dir=directory)
+                size = fill(temporary)
                 break
             except FileNotFoundError:
-                continue    # a trim removed the emptied directory just now
+                if os.path.isdir(directory):
+                    raise
+                # A trim removed the emptied directory just now.
+            except BaseException as e:
+                self._failed(temporary, oid, tid, e)
         else:
             raise StorageError(f'cannot create a file in {directory}')
-        os.close(fd)
         try:
-            size = fill(temporary)
             if size is None:
                 remove_quietly(temporary)
                 return None
@@ -123,17 +125,22 @@ class DatabaseBlobs(BlobDirectory):
             os.replace(temporary, path)
             set_not_writable(path)
         except BaseException as e:
-            remove_quietly(temporary)
-            if _disk_full(e):
-                raise StorageError(
-                    f'the blob cache blob-dir {self.directory} is full: cannot '
-                    f'cache the blob of oid 0x{oid:x} at tid 0x{tid:x} '
-                    f'({e.strerror}); free space there or lower '
-                    f'blob-cache-size (the blob itself is safe in the '
-                    f'database)') from e
-            raise
+            self._failed(temporary, oid, tid, e)
         self.size.written(size)
         return size
+
+    def _failed(self, temporary, oid, tid, error):
+        """Remove what a failed ``place`` left and raise; a full disk is
+        said so."""
+        remove_quietly(temporary)
+        if _disk_full(error):
+            raise StorageError(
+                f'the blob cache blob-dir {self.directory} is full: cannot '
+                f'cache the blob of oid 0x{oid:x} at tid 0x{tid:x} '
+                f'({error.strerror}); free space there or lower '
+                f'blob-cache-size (the blob itself is safe in the '
+                f'database)') from error
+        raise error
 
 
 class PendingDatabaseBlobs(PendingBlobs):
