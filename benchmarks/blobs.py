@@ -1,0 +1,333 @@
+"""Blob store and load speed: our relstorage against RelStorage 4.3, side
+by side in one run.
+
+    .venv/bin/python benchmarks/blobs.py [--backends sqlite,postgresql,mysql]
+        [--modes shared,cached] [--sizes 10k,1m,100m] [--repeat 3]
+
+For each backend, blob mode (``shared``: ``shared-blob-dir true``, the
+blobs only in blob-dir; ``cached``: ``shared-blob-dir false``, the blobs in
+the database and blob-dir a cache) and blob size, each side stores
+``--blobs`` blobs on a fresh history-free database with a fresh blob
+directory (one process), then reads them back in a new process, cold and
+warm (blob_workload.py).  In cached mode the reading process gets a new,
+empty blob directory, so its cold read downloads every blob from the
+database.  Neither side gets ``blob-cache-size`` (never trimmed) nor
+``blob-chunk-size`` (1 MiB on both).  The sides alternate as in run.py;
+the figures are the medians of ``--repeat`` runs.  The environment, the
+reference venv, the databases and the MariaDB patch of RelStorage 4.3 are
+run.py's (imported from it).  See README.rst.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import mariadb_patch  # noqa: E402
+import refenv  # noqa: E402
+import report  # noqa: E402
+import run  # noqa: E402
+from backends import BACKENDS, DATA, TITLES  # noqa: E402
+from run import IMPLS, WorkloadFailed, alternate, log  # noqa: E402
+
+WORKLOAD = HERE / 'blob_workload.py'
+BLOB_DIRS = DATA / 'blob-dirs'
+
+#: mode -> shared-blob-dir
+MODES = {'shared': True, 'cached': False}
+#: size name -> (bytes, blobs per measurement by default)
+SIZES = {'10k': (10 * 2**10, 500), '1m': (2**20, 100),
+         '100m': (100 * 2**20, 3)}
+PHASES = (('store', 'store (commit)'), ('load_cold', 'load, cold'),
+          ('load_warm', 'load, warm'))
+SERVER_BACKENDS = ('postgresql', 'mysql')
+
+
+def target(backend, mode, size, phase):
+    """The ratio wanted: ours at least as fast everywhere, and 1.5 times as
+    fast for the cold download of 100 MiB blobs from a server database."""
+    if (backend in SERVER_BACKENDS and mode == 'cached' and size == '100m'
+            and phase == 'load_cold'):
+        return 1.5
+    return 1.0
+
+
+def blob_zconfig(database, impl, name, blob_dir, shared):
+    """The storage section both implementations accept: history-free, the
+    blob options, the adapter section of backends.py."""
+    return ('%import relstorage\n<relstorage>\n  keep-history false\n'
+            f'  blob-dir {blob_dir}\n'
+            f'  shared-blob-dir {"true" if shared else "false"}\n'
+            f'{database.adapter(impl, name)}\n</relstorage>\n')
+
+
+def fresh_dir(path):
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+class Side:
+    """One implementation: its interpreter, where its relstorage must come
+    from, and its flags (the MariaDB patch for 4.3)."""
+
+    def __init__(self, impl, backend):
+        self.impl = impl
+        self.label = report.LABELS[impl]
+        self.python = (str(refenv.python()) if impl == 'ref'
+                       else sys.executable)
+        self.home = refenv.VENV if impl == 'ref' else run.SRC
+        self.flags = (['--patch-mariadb']
+                      if backend == 'mysql' and impl == 'ref' else [])
+
+    def run(self, command, zconfig, count, size, timeout=1800):
+        cmd = ([self.python, '-I', str(WORKLOAD), command,
+                '--expect-under', str(self.home), '--zconfig', zconfig,
+                '--count', str(count), '--size', str(size)] + self.flags)
+        return run.subprocess_json(cmd, timeout)
+
+
+def one_run(side, database, mode, size, count):
+    """A fresh database and blob directory; a store process, then a load
+    process.  Returns the phases of both."""
+    name = f'bench_blob_{side.impl}'
+    store_dir = fresh_dir(BLOB_DIRS / f'{side.impl}-store')
+    load_dir = (fresh_dir(BLOB_DIRS / f'{side.impl}-load')
+                if mode == 'cached' else store_dir)
+    database.create(name)
+    try:
+        stored = side.run('store', blob_zconfig(database, side.impl, name,
+                                                store_dir, MODES[mode]),
+                          count, size)
+        loaded = side.run('load', blob_zconfig(database, side.impl, name,
+                                               load_dir, MODES[mode]),
+                          count, size)
+    finally:
+        database.drop(name)
+        shutil.rmtree(BLOB_DIRS, ignore_errors=True)
+    phases = dict(stored['phases'], **loaded['phases'])
+    return {'phases': phases, 'info': stored['info'],
+            'wall_seconds': stored['wall_seconds'] + loaded['wall_seconds']}
+
+
+def measure(backend, database, mode, size, args):
+    """``--repeat`` runs per side, alternating; the median of each figure."""
+    nbytes, count = args.sizes[size]
+    sides = [Side(impl, backend) for impl in IMPLS]
+    cell = {'blob_bytes': nbytes, 'blobs': count,
+            'load_average': [os.getloadavg()[0]]}
+    for side in sides:
+        cell[side.impl] = {'runs': [], 'error': None}
+    where = f'{TITLES[backend]} {mode} {size}'
+    for round_ in range(args.repeat):
+        for side in alternate(sides, round_):
+            entry = cell[side.impl]
+            if entry['error']:
+                continue
+            log(f'{where}: {side.label} {round_ + 1}/{args.repeat} '
+                f'({count} blobs of {nbytes:,} bytes)')
+            try:
+                entry['runs'].append(one_run(side, database, mode, nbytes,
+                                             count))
+            except (WorkloadFailed, RuntimeError) as e:
+                entry['error'] = str(e)
+                log(f'  FAILED: {side.label} on {where}:\n{e}')
+    cell['load_average'].append(os.getloadavg()[0])
+    for side in sides:
+        runs = cell[side.impl]['runs']
+        cell[side.impl]['median'] = {
+            phase: {unit: statistics.median(r['phases'][phase][unit]
+                                            for r in runs)
+                    for unit in ('mb_rate', 'rate')}
+            for phase, _ in PHASES} if runs else None
+        cell[side.impl]['write_seconds'] = [
+            r['phases']['store']['write_seconds'] for r in runs]
+    return cell
+
+
+# -- reporting ---------------------------------------------------------------
+
+def table(backend, mode, cells):
+    """The lines of one backend and mode, and its checks."""
+    header = ('size', 'phase', 'blobs', 'ours MiB/s', '4.3 MiB/s',
+              'ours blobs/s', '4.3 blobs/s', 'ratio', 'target', 'verdict')
+    rows, checks, notes = [], [], []
+    for size, cell in cells.items():
+        ours, ref = cell['ours']['median'], cell['ref']['median']
+        for phase, label in PHASES:
+            o = ours[phase] if ours else None
+            r = ref[phase] if ref else None
+            value = o['rate'] / r['rate'] if o and r else None
+            want = target(backend, mode, size, phase)
+            ok = value is not None and value >= want
+            checks.append({'where': f'{TITLES[backend]} {mode} {size}',
+                           'phase': phase, 'label': label, 'value': value,
+                           'target': want, 'ok': ok})
+            rows.append((
+                size, label, str(cell['blobs']),
+                *(f'{x["mb_rate"]:,.1f}' if x else '-' for x in (o, r)),
+                *(f'{x["rate"]:,.1f}' if x else '-' for x in (o, r)),
+                '-' if value is None else f'{value:.2f}', f'>={want:.1f}',
+                'ok' if ok else 'MISS'))
+        for impl in IMPLS:
+            if cell[impl]['error']:
+                notes.append(f'{report.LABELS[impl]} FAILED on {size}:\n'
+                             + cell[impl]['error'])
+        first, last = cell['load_average']
+        notes.append(f'{size}: load average {first:.2f} before, '
+                     f'{last:.2f} after')
+    shared = 'true' if MODES[mode] else 'false'
+    lines = report.title(f'{TITLES[backend]}, {mode} (shared-blob-dir '
+                         f'{shared}, history-free)')
+    lines += report.render(header, rows) + notes + ['']
+    return lines, checks
+
+
+def verdicts(checks):
+    missed = [c for c in checks if not c['ok']]
+    lines = report.title('Targets')
+    lines.append(f'{len(checks) - len(missed)} of {len(checks)} targets '
+                 f'met.')
+    for c in checks:
+        value = '-' if c['value'] is None else f'{c["value"]:.2f}'
+        lines.append(f'{"ok  " if c["ok"] else "MISS"}  {c["where"]}: '
+                     f'{c["label"]}: ratio {value}, target >= '
+                     f'{c["target"]:.1f}')
+    return lines
+
+
+# -- main --------------------------------------------------------------------
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description='Blob store and load speed against RelStorage 4.3.')
+    parser.add_argument('--backends', default=','.join(BACKENDS))
+    parser.add_argument('--modes', default=','.join(MODES))
+    parser.add_argument('--sizes', default=','.join(SIZES))
+    parser.add_argument('--repeat', type=int, default=3,
+                        help='runs per side, each on a fresh database '
+                        '(default 3); the figures are the medians')
+    parser.add_argument('--blobs', default='',
+                        help='blobs per measurement, e.g. 100m=2,1m=50 '
+                        '(default 10k=500, 1m=100, 100m=3)')
+    parser.add_argument('--pg-dsn',
+                        default='host=127.0.0.1 port=5432 user=root')
+    parser.add_argument('--mysql-host', default='127.0.0.1')
+    parser.add_argument('--mysql-port', type=int, default=3306)
+    parser.add_argument('--mysql-user', default='root')
+    parser.add_argument('--mysql-passwd', default='')
+    parser.add_argument('--sqlite-synchronous', default='default',
+                        choices=('default', 'off', 'normal', 'full'),
+                        help="SQLite's synchronous pragma for both sides; "
+                        'default leaves each its own (ours FULL, 4.3 '
+                        'NORMAL)')
+    parser.add_argument('--json', default=str(HERE / 'results' /
+                                              'blobs.json'))
+    args = parser.parse_args(argv)
+
+    def names(text, allowed, what):
+        chosen = [n.strip() for n in text.split(',') if n.strip()]
+        for n in chosen:
+            if n not in allowed:
+                parser.error(f'unknown {what} {n!r}')
+        return chosen
+    args.backends = names(args.backends, BACKENDS, 'backend')
+    args.modes = names(args.modes, MODES, 'mode')
+    counts = {size: count for size, (_, count) in SIZES.items()}
+    for item in filter(None, args.blobs.split(',')):
+        size, _, count = item.partition('=')
+        if size not in SIZES or not count.isdigit():
+            parser.error(f'--blobs: expected size=count, got {item!r}')
+        counts[size] = int(count)
+    args.sizes = {size: (SIZES[size][0], counts[size])
+                  for size in names(args.sizes, SIZES, 'size')}
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    started = time.monotonic()
+    refenv.ensure(log)
+    probes = {impl: run.probe(impl) for impl in IMPLS}
+    for impl, info in probes.items():
+        log(f'{report.LABELS[impl]}: relstorage {info["relstorage"]} from '
+            f'{info["relstorage_file"]}')
+    databases = {b: run.database_for(b, args) for b in args.backends}
+    env = run.environment(
+        probes, {b: d.server_version() for b, d in databases.items()})
+    results, checks = {}, []
+    lines = ['', 'Environment', '===========', '',
+             report.describe_environment(env), '']
+    if 'mysql' in args.backends:
+        lines += [f'NOTE: {mariadb_patch.DESCRIPTION}', '']
+    lines += [
+        'History-free databases.  Per size, each side stores N blobs, one '
+        'per transaction, in a fresh process on a fresh database and blob '
+        'directory (store: the time in commit), then reads them in a new '
+        'process (cold: blob.open("r") and read of each ghost blob; cached '
+        'mode: with an empty blob directory), then again after emptying '
+        "ZODB's cache (warm).  Medians of "
+        f'{args.repeat} runs; ratio = ours / RS 4.3 (> 1.0: ours is '
+        'faster).  MiB = 2**20 bytes; sizes 10k = 10 KiB, 1m = 1 MiB, '
+        '100m = 100 MiB.', '']
+    print('\n'.join(lines), flush=True)
+    for backend, database in databases.items():
+        for mode in args.modes:
+            cells = {}
+            for size in args.sizes:
+                cells[size] = measure(backend, database, mode, size, args)
+            results.setdefault(backend, {})[mode] = cells
+            text, found = table(backend, mode, cells)
+            checks += found
+            print('\n'.join(text), flush=True)
+            lines += text
+    shutil.rmtree(BLOB_DIRS, ignore_errors=True)
+    elapsed = time.monotonic() - started
+    tail = []
+    loads = [value for modes in results.values() for cells in modes.values()
+             for cell in cells.values() for value in cell['load_average']]
+    # A run keeps about two processes busy (a workload, a database server).
+    if loads and max(loads) > (os.cpu_count() or 1) + 1:
+        tail += [f'WARNING: the load average reached {max(loads):.2f} on '
+                 f'{os.cpu_count()} CPUs: other work shared the machine, '
+                 f'and the figures are less reliable.', '']
+    tail += verdicts(checks) + ['', f'total run time {elapsed / 60:.1f} min']
+    print('\n'.join(tail))
+    text = '\n'.join(lines + tail)
+    document = {
+        'environment': env,
+        'settings': {'backends': args.backends, 'modes': args.modes,
+                     'sizes': {s: {'bytes': b, 'blobs': n}
+                               for s, (b, n) in args.sizes.items()},
+                     'repeat': args.repeat, 'keep_history': False,
+                     'sqlite_synchronous': args.sqlite_synchronous,
+                     'blob_chunk_size': 'default (1 MiB) on both sides',
+                     'blob_cache_size': 'unset on both sides'},
+        'results': results,
+        'summary': {b: {m: {s: {impl: cells[s][impl]['median']
+                                for impl in IMPLS}
+                            for s in cells}
+                        for m, cells in modes.items()}
+                    for b, modes in results.items()},
+        'checks': checks,
+        'reference_patch': ({'backend': 'mysql',
+                             'description': mariadb_patch.DESCRIPTION}
+                            if 'mysql' in args.backends else None),
+        'elapsed_seconds': elapsed,
+        'report': text}
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1) + '\n')
+    log(f'results written to {path}')
+    failed = any(cells[s]['ours']['error'] for modes in results.values()
+                 for cells in modes.values() for s in cells)
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
