@@ -18,6 +18,7 @@ reference venv, the databases and the MariaDB patch of RelStorage 4.3 are
 run.py's (imported from it).  See README.rst.
 """
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -66,6 +67,19 @@ def blob_zconfig(database, impl, name, blob_dir, shared):
             f'{database.adapter(impl, name)}\n</relstorage>\n')
 
 
+def src_digest():
+    """A digest of our package's files.  The checkout may be edited while a
+    run goes on, and each process imports what is there when it starts:
+    every run records the digest, and the report warns when it changed."""
+    digest = hashlib.sha256()
+    package = run.SRC / 'relstorage'
+    for path in sorted(package.rglob('*')):
+        if path.is_file() and '__pycache__' not in path.parts:
+            digest.update(path.relative_to(package).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def fresh_dir(path):
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
@@ -99,6 +113,7 @@ def one_run(side, database, mode, size, count):
     store_dir = fresh_dir(BLOB_DIRS / f'{side.impl}-store')
     load_dir = (fresh_dir(BLOB_DIRS / f'{side.impl}-load')
                 if mode == 'cached' else store_dir)
+    source = src_digest()
     database.create(name)
     try:
         stored = side.run('store', blob_zconfig(database, side.impl, name,
@@ -111,7 +126,9 @@ def one_run(side, database, mode, size, count):
         database.drop(name)
         shutil.rmtree(BLOB_DIRS, ignore_errors=True)
     phases = dict(stored['phases'], **loaded['phases'])
-    return {'phases': phases, 'info': stored['info'],
+    if src_digest() != source:
+        source += ' (changed during this run)'
+    return {'phases': phases, 'info': stored['info'], 'src': source,
             'wall_seconds': stored['wall_seconds'] + loaded['wall_seconds']}
 
 
@@ -296,11 +313,25 @@ def main(argv=None):
         tail += [f'WARNING: the load average reached {max(loads):.2f} on '
                  f'{os.cpu_count()} CPUs: other work shared the machine, '
                  f'and the figures are less reliable.', '']
+    # Our side's runs only: the reference venv does not change.
+    sources = {}
+    for backend, modes in results.items():
+        for mode, cells in modes.items():
+            for size, cell in cells.items():
+                for r in cell['ours']['runs']:
+                    sources.setdefault(r['src'], f'{TITLES[backend]} '
+                                                 f'{mode} {size}')
+    if len(sources) > 1:
+        tail += [f'WARNING: our sources (src/relstorage) changed during the '
+                 f'run: {len(sources)} versions measured (digest: first '
+                 f'cell) ' + ', '.join(f'{d}: {w}'
+                                       for d, w in sources.items()), '']
     tail += verdicts(checks) + ['', f'total run time {elapsed / 60:.1f} min']
     print('\n'.join(tail))
     text = '\n'.join(lines + tail)
     document = {
-        'environment': env,
+        'environment': dict(env, git_end=run.git_revision(),
+                            src_digests=sorted(sources)),
         'settings': {'backends': args.backends, 'modes': args.modes,
                      'sizes': {s: {'bytes': b, 'blobs': n}
                                for s, (b, n) in args.sizes.items()},
