@@ -304,6 +304,10 @@ def main(argv=None):
             print('\n'.join(text), flush=True)
             lines += text
     shutil.rmtree(BLOB_DIRS, ignore_errors=True)
+    try:
+        DATA.rmdir()    # when nothing else (run.py --keep-data) is there
+    except OSError:
+        pass
     elapsed = time.monotonic() - started
     tail = []
     loads = [value for modes in results.values() for cells in modes.values()
