@@ -50,7 +50,11 @@ setup(
         'bench': ['psycopg2-binary >= 2.9', 'mysqlclient >= 2.1', 'ZEO'],
         'docs': ['sphinx'],
     },
-    entry_points={},
+    entry_points={
+        'console_scripts': [
+            'zodbpack = relstorage.cli.zodbpack:main',
+        ],
+    },
     zip_safe=False,
     classifiers=[
         'Framework :: ZODB',

@@ -374,7 +374,8 @@ def test_interrupted_pack_leaves_no_orphans_once_run_again(
         raise KeyboardInterrupt('the pack was stopped here')
 
     # Stopped after the revisions went, before their chunks did.
-    monkeypatch.setattr(relstorage.pack, '_remove_blob_chunks', killed)
+    monkeypatch.setattr(relstorage.pack._Session, 'remove_blob_chunks',
+                        killed)
     with pytest.raises(KeyboardInterrupt):
         _pack_now(storage)
     mapped, chunks, orphans = _blob_rows(storage)

@@ -17,6 +17,8 @@ __all__ = [
     'LockConflictError',
     'DisconnectedError',
     'SchemaError',
+    'PackError',
+    'PackStopped',
 ]
 
 
@@ -42,3 +44,14 @@ class DisconnectedError(TransientError, StorageError):
 
 class SchemaError(StorageError):
     """The database does not hold the schema this storage expects."""
+
+
+class PackError(StorageError):
+    """A pack cannot run: another pack of the database is running, or the
+    analysis it was asked to use (pack-skip-prepack) is missing or
+    unusable.  Nothing was removed."""
+
+
+class PackStopped(Exception):
+    """A pack stopped at a batch boundary because it was asked to (zodbpack
+    on Ctrl-C).  What it removed stays removed; a later pack goes on."""

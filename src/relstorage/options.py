@@ -138,6 +138,23 @@ create_schema = functools.partial(_boolean, 'create-schema')
 commit_lock_timeout = functools.partial(_seconds, 'commit-lock-timeout')
 read_ahead = functools.partial(_boolean, 'read-ahead')
 pack_gc = functools.partial(_boolean, 'pack-gc')
+pack_prepack_only = functools.partial(_boolean, 'pack-prepack-only')
+pack_skip_prepack = functools.partial(_boolean, 'pack-skip-prepack')
+pack_batch_timeout = functools.partial(_seconds, 'pack-batch-timeout')
+pack_commit_busy_delay = functools.partial(_seconds, 'pack-commit-busy-delay')
+pack_max_delay = functools.partial(_seconds, 'pack-max-delay')
+
+
+def pack_duty_cycle(value):
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not 0.0 < number <= 1.0:
+        raise ConfigurationError(
+            f'pack-duty-cycle: {value!r} is not a fraction greater than 0 '
+            f'and at most 1')
+    return number
 cache_local_mb = functools.partial(_megabytes, 'cache-local-mb')
 cache_local_object_max = functools.partial(
     _integer, 'cache-local-object-max', 0, 1 << 30)

@@ -1,227 +1,582 @@
 """Packing: remove what no one can reach any more, without stopping writers.
 
-The pipeline, on a database connection of its own:
+The pipeline, on a database connection of its own, holding the database's
+pack lock (one pack at a time; zodbpack and storage.pack alike):
 
-1. **Analysis** (one read snapshot; writes only helper tables): choose the
-   pack tid, record every object's newest revision at or before it, and --
-   with garbage collection -- store the references of those revisions in a
-   helper table and walk the graph from the root and from everything written
-   after the pack tid.  Objects not reached, and objects deleted as of the
-   pack tid, are recorded as garbage.
-2. **Deletion**, in small batches, each its own short write transaction
-   under the commit lock, with a pause after each batch as long as the
-   batch took (a 50% duty cycle), so that other clients keep committing
-   while a pack runs.
-   History-preserving: revisions older than each object's kept revision go,
-   and every revision up to the pack tid of a garbage object.  Then
-   transactions up to the pack tid are marked packed (no longer undoable)
-   and those left without data are removed.
-3. **Blobs.**  The rows that tie removed revisions to their blobs went with
-   them; the chunks of blobs no revision refers to any more (also those a
-   pack interrupted before this step left) are removed in batches of their
-   own, outside the commit lock.  Then, with a blob-dir, the files of
-   revisions at or before the pack tid that no longer exist are removed
-   from it (the shared directory, or this machine's cache).
+1. **References** (with garbage collection).  The references of every
+   object revision are read from its pickle once and kept in
+   ``object_ref``; each pack first adds the revisions written since the
+   previous one (the first pack reads them all, in key order).  Pages of
+   revisions are committed together with how far the analysis has got
+   (``pack_state``), so a pack killed here loses at most one page.
+2. **Analysis** (pre-pack).  Choose the pack tid (the pack time, moved
+   back before the start of the oldest transaction another session of the
+   database still has open, which may hold objects that were reachable when
+   it began); record in ``pack_object`` each object's newest revision at
+   or before it; walk the graph in SQL from the root, from the objects
+   written after the pack tid and from what they refer to, a step per
+   statement (``pack_reached``).  What is not reached is garbage.  The
+   analysis is kept in ``pack_run`` until the deletions are done, so that a
+   later pack can use it (pack-skip-prepack) or go on after a stop.
+3. **Deletion**, in batches, each its own short write transaction (no
+   commit lock: garbage is what no committer can reach, and old revisions
+   are rows no committer writes), sized to pack-batch-timeout, with a
+   pause after each to keep to pack-duty-cycle (at most pack-max-delay).
+   Before each batch the references of revisions committed since the
+   analysis are added, and whatever they refer to is reached after all (an
+   undo, or a client holding on to an object across transactions).
+   Transactions up to the pack tid are marked packed first (undo refuses
+   them from then on).  Garbage goes first, then (history-preserving) the
+   revisions older than each kept one; each batch records where it got to.
+4. **Finish**: transactions left without data are removed, the analysis
+   tables emptied.  Then blob data no revision refers to any more (also
+   what an interrupted pack left), and with a blob-dir the files of removed
+   revisions.
 
-Progress is logged at INFO level.
+Progress goes to a ``Progress`` (the default logs at INFO level); a
+progress that asks to stop makes the pack raise ``PackStopped`` at the
+next batch boundary.
 """
 import logging
 import time
 
 from ZODB.utils import u64
 
+from relstorage.adapters.pack import ALL
+from relstorage.adapters.pack import FORMAT
+from relstorage.adapters.pack import RefsState
+from relstorage.errors import PackError
+from relstorage.errors import PackStopped
 from relstorage.tids import tid_for_time
+from relstorage.tids import tid_time
 
 log = logging.getLogger(__name__)
 
-#: Objects per analysis page and per deletion batch.
-BATCH = 1000
+#: Revisions per page of the reference analysis.
+PAGE = 2000
+#: Objects in the first deletion batch; later ones are sized to
+#: pack-batch-timeout.
+FIRST_BATCH = 500
+MIN_BATCH, MAX_BATCH = 20, 20000
 #: Blobs whose chunks one transaction removes.
 BLOB_BATCH = 100
-#: Fraction of wall time the deletion phase may keep the database busy.
-DUTY_CYCLE = 0.5
-#: Seconds between progress messages.
-PROGRESS_EVERY = 5.0
+#: Seconds between progress messages in the log.
+LOG_EVERY = 10.0
 
 
-class _Progress:
+def _when(tid):
+    return time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(tid_time(tid)))
 
-    def __init__(self, what, total=None):
-        self.what = what
-        self.total = total
+
+class Progress:
+    """What a pack reports as it goes.  This one logs; zodbpack's also
+    draws on a terminal.  ``stop_requested`` is asked at every batch
+    boundary."""
+
+    def __init__(self):
+        self.what = None
+        self.total = None
         self.done = 0
-        self._next = time.monotonic() + PROGRESS_EVERY
+        self.started = None
+        self._next_log = 0.0
+
+    def phase(self, what, total=None, started=None):
+        """A new phase begins (or began at ``started``, a time.monotonic()
+        value): ``what`` (plural noun phrase), ``total`` of them if
+        known."""
+        self.what, self.total, self.done = what, total, 0
+        self.started = time.monotonic() if started is None else started
+        self._next_log = self.started + LOG_EVERY
+        of = f' ({total:,})' if total is not None else ''
+        log.info('pack: %s%s', what, of)
 
     def add(self, count):
         self.done += count
-        if time.monotonic() >= self._next:
-            self._next = time.monotonic() + PROGRESS_EVERY
-            of = f' of {self.total}' if self.total is not None else ''
-            log.info('pack: %s: %d%s', self.what, self.done, of)
+        now = time.monotonic()
+        if now >= self._next_log:
+            self._next_log = now + LOG_EVERY
+            log.info('pack: %s: %s', self.what, self.describe(now))
+
+    def describe(self, now=None):
+        """``done of total, rate/s, time left`` of the current phase."""
+        now = time.monotonic() if now is None else now
+        elapsed = max(now - self.started, 1e-9)
+        rate = self.done / elapsed
+        text = f'{self.done:,}'
+        if self.total:
+            text += f' of {self.total:,}'
+        text += f', {rate:,.0f}/s'
+        if self.total and rate > 0 and self.done <= self.total:
+            text += f', {(self.total - self.done) / rate:,.0f}s left'
+        return text
+
+    def end_phase(self):
+        if self.what is not None:
+            log.info('pack: %s: %s in %.1fs', self.what,
+                     f'{self.done:,}', time.monotonic() - self.started)
+        self.what = None
+
+    def note(self, message, *args):
+        log.info('pack: ' + message, *args)
+
+    def stop_requested(self):
+        return False
 
 
-def pack(storage, t, referencesf, gc=True):
-    """Pack ``storage``'s database to time ``t`` (seconds since the
-    epoch)."""
-    adapter = storage._adapter
-    cm = adapter.connmanager
-    conn, cursor = cm.open_store()
-    try:
-        with cm.translate():
-            pack_tid = _analyse(adapter, conn, cursor, t, referencesf, gc)
-            if pack_tid is not None:
-                _delete(adapter, conn, cursor, pack_tid)
-            # Also without a pack tid: chunks an interrupted pack left.
-            _remove_blob_chunks(adapter, conn, cursor)
-            if pack_tid is not None and storage._blobs is not None:
-                removed = storage._blobs.sweep(cursor, pack_tid)
-                log.info('pack: %d blob files removed from %s', removed,
-                         storage._blobs.directory)
-    finally:
-        cm.close(conn, cursor)
-    # States remembered for conflict resolution may be of packed revisions.
-    storage._recent.clear()
+def pack(storage, t, referencesf, gc=True, prepack_only=None,
+         skip_prepack=None, progress=None):
+    """Pack ``storage``'s database to time ``t`` (seconds since the epoch).
+
+    ``prepack_only`` and ``skip_prepack`` default to the storage's
+    pack-prepack-only and pack-skip-prepack options.
+    """
+    options = storage._options
+    if prepack_only is None:
+        prepack_only = options.pack_prepack_only
+    if skip_prepack is None:
+        skip_prepack = options.pack_skip_prepack
+    progress = progress or Progress()
+    with _Session(storage, referencesf, progress) as session:
+        if skip_prepack:
+            run = session.usable_run()
+            progress.note('using the analysis for a pack to %s',
+                          _when(run.pack_tid))
+        else:
+            run = session.analyse(t, gc)
+        if run is None:
+            return
+        if prepack_only:
+            progress.note('analysis kept for a later pack '
+                          '(pack-skip-prepack, zodbpack --use-prepack-state)')
+            return
+        session.delete(run)
+        session.remove_blob_chunks()
+        if storage._blobs is not None:
+            removed = storage._blobs.sweep(session.cursor, run.pack_tid)
+            progress.note('%d blob files removed from %s', removed,
+                          storage._blobs.directory)
 
 
-def _analyse(adapter, conn, cursor, t, referencesf, gc):
-    cm = adapter.connmanager
-    packer = adapter.packer
-    # Helper tables first: a read-only snapshot may not create tables.
-    packer.prepare(cursor)
-    cm.begin_analysis(conn, cursor)
-    last = adapter.poller.last_tid(cursor)
-    pack_tid = min(tid_for_time(t), last)
-    if pack_tid <= 0:
-        cm.rollback(conn, cursor)
-        log.info('pack: nothing committed before the pack time')
-        return None
-    started = time.monotonic()
-    total = packer.fill(cursor, pack_tid)
-    log.info('pack: %d objects have revisions up to the pack time', total)
-    reachable = _reachable(packer, cursor, pack_tid, referencesf, total) \
-        if gc else None
-    garbage = 0
-    after = -1
-    while True:
-        rows = packer.pack_oids(cursor, after, BATCH)
-        if not rows:
-            break
-        after = rows[-1][0]
-        found = [zoid for zoid, deleted in rows
-                 if deleted or (reachable is not None
-                                and zoid not in reachable)]
-        packer.add_garbage(cursor, found)
-        garbage += len(found)
-    cm.commit(conn, cursor)
-    log.info('pack: analysis done in %.1fs: %d of %d objects are garbage',
-             time.monotonic() - started, garbage, total)
-    return pack_tid
+def check_refs(storage, referencesf, progress=None, limit=1000):
+    """Analyse as for a pack to the last transaction (deleting nothing)
+    and return up to ``limit`` ``(zoid, to_zoid)`` references of reachable
+    objects to objects that do not exist (or are deleted)."""
+    progress = progress or Progress()
+    with _Session(storage, referencesf, progress) as session:
+        run = session.analyse(None, True)
+        if run is None:
+            return []
+        return session.read(lambda: storage._adapter.packer.broken_refs(
+            session.cursor, limit))
 
 
-def _reachable(packer, cursor, pack_tid, referencesf, total):
-    """The set of zoids reachable from the root as of the pack tid, or
-    kept alive by revisions written after it."""
-    reachable = {0}
-    after = (-1, -1)
-    while True:
-        rows = packer.newer_states(cursor, pack_tid, after, BATCH)
-        if not rows:
-            break
-        after = rows[-1][:2]
-        for zoid, _, state in rows:
-            reachable.add(zoid)
-            if state is not None:
-                reachable.update(u64(ref) for ref in referencesf(state))
-    progress = _Progress('references analysed', total)
-    after = -1
-    while True:
-        rows = packer.kept_states(cursor, after, BATCH)
-        if not rows:
-            break
-        after = rows[-1][0]
-        packer.add_refs(cursor, [
-            (zoid, u64(ref))
-            for zoid, state in rows for ref in referencesf(state)])
-        progress.add(len(rows))
-    frontier = list(reachable)
-    while frontier:
-        chunk = frontier[-500:]
-        del frontier[-500:]
-        for ref in packer.refs_of(cursor, chunk):
-            if ref not in reachable:
-                reachable.add(ref)
-                frontier.append(ref)
-    return reachable
+class _Session:
+    """One pack's connection, pack lock and steps."""
 
+    def __init__(self, storage, referencesf, progress):
+        self.storage = storage
+        self.options = storage._options
+        self.adapter = adapter = storage._adapter
+        self.packer = adapter.packer
+        self.cm = adapter.connmanager
+        self.referencesf = referencesf
+        self.progress = progress
+        self.conn = self.cursor = None
+        self._release = None
 
-def _write(adapter, conn, cursor, apply, commit_lock=True):
-    """``apply()`` in a write transaction of its own, committed (rolled
-    back if it raises); under the commit lock unless ``commit_lock`` is
-    false."""
-    cm = adapter.connmanager
-    cm.begin_write(cursor, 'packing')
-    try:
-        if commit_lock:
-            # Under the commit lock no tpc_finish runs at the same time,
-            # so the two can never deadlock (InnoDB's gap locks could
-            # otherwise make a finish the victim).
-            adapter.locker.hold_commit_lock(cursor)
-        apply()
-        cm.commit(conn, cursor)
-    except BaseException:
-        cm.rollback(conn, cursor)
-        raise
+    def __enter__(self):
+        self.conn, self.cursor = self.cm.open_store()
+        try:
+            with self.cm.translate('packing'):
+                self._release = self.packer.try_lock(self.conn, self.cursor)
+        except BaseException:
+            self.cm.close(self.conn, self.cursor)
+            raise
+        if self._release is None:
+            self.cm.close(self.conn, self.cursor)
+            raise PackError(
+                f'another pack of {self.cm.describe()} is running; this one '
+                f'did nothing')
+        return self
 
+    def __exit__(self, *exc_info):
+        try:
+            if self._release is not None:
+                self.cm.rollback(self.conn, self.cursor)
+                self._release()
+        except Exception:  # the connection may be gone; closing frees it
+            pass
+        finally:
+            self.cm.close(self.conn, self.cursor)
+            # States remembered for conflict resolution may be of packed
+            # revisions.
+            self.storage._recent.clear()
 
-def _pause_after(started):
-    """Sleep so that the work since ``started`` keeps to the duty
-    cycle."""
-    busy = time.monotonic() - started
-    time.sleep(busy * (1.0 - DUTY_CYCLE) / DUTY_CYCLE)
+    # -- transactions ------------------------------------------------------
 
+    def write(self, apply):
+        """``apply()`` in a write transaction of its own, committed; rolled
+        back if it raises.  Returns what ``apply`` returns."""
+        cm = self.cm
+        with cm.translate('packing'):
+            cm.begin_write(self.cursor, 'packing')
+            try:
+                result = apply()
+                cm.commit(self.conn, self.cursor)
+            except BaseException:
+                cm.rollback(self.conn, self.cursor)
+                raise
+        return result
 
-def _remove_blob_chunks(adapter, conn, cursor):
-    """Remove the chunks of blobs that no revision refers to, a batch per
-    transaction.  No commit lock is needed: a blob's chunks belong to one
-    revision, and uncommitted ones are invisible here."""
-    progress = _Progress('orphaned blobs removed')
-    after = -1
-    while True:
-        blob_ids = adapter.blobs.orphans(cursor, after, BLOB_BATCH)
-        if not blob_ids:
-            break
-        after = blob_ids[-1]
+    def read(self, apply):
+        """``apply()`` in a read-only snapshot, then rolled back."""
+        cm = self.cm
+        with cm.translate('packing'):
+            cm.begin_analysis(self.conn, self.cursor)
+            try:
+                return apply()
+            finally:
+                cm.rollback(self.conn, self.cursor)
+
+    def _check_stop(self):
+        if self.progress.stop_requested():
+            raise PackStopped(
+                'the pack stopped at a batch boundary; what it removed '
+                'stays removed, and a later pack goes on')
+
+    # -- references --------------------------------------------------------
+
+    def catch_up(self, run=None, show=True):
+        """Add the references of the revisions written since the last
+        analysis, a page per transaction.  With ``run`` (an analysis in
+        use), whatever they refer to is reached after all."""
+        rescue = run is not None and run.gc and run.phase >= run.ANALYSED
+        shown = False
         started = time.monotonic()
-        _write(adapter, conn, cursor,
-               lambda: adapter.blobs.delete_chunks(cursor, blob_ids),
-               commit_lock=False)
-        progress.add(len(blob_ids))
-        _pause_after(started)
-    if progress.done:
-        log.info('pack: the data of %d blobs removed', progress.done)
+        while True:
+            self._check_stop()
+            page = self.write(lambda: self._analyse_page(rescue))
+            if page is None:
+                break
+            if show and page and not shown:
+                shown = True
+                self.progress.phase('revisions analysed for references',
+                                    self._to_analyse(page), started)
+            if shown:
+                self.progress.add(page)
+        if shown:
+            self.progress.end_phase()
 
+    def _to_analyse(self, done):
+        """About how many revisions the analysis reads, ``done`` of them
+        already."""
+        packer, cursor = self.packer, self.cursor
 
-def _delete(adapter, conn, cursor, pack_tid):
-    packer = adapter.packer
+        def count():
+            state = packer.refs_state(cursor)
+            if state.scan_tid:
+                # Every revision up to the scan's tid (also those a stopped
+                # scan read), and those after it.
+                return packer.count_up_to(cursor, state.scan_tid) + \
+                    packer.count_after(cursor, state.scan_tid)
+            return done + packer.count_after(cursor, state.refs_tid)
+        return self.read(count)
 
-    def batches(fetch, apply, what):
-        progress = _Progress(what)
+    def _analyse_page(self, rescue):
+        """One page of the analysis, in the caller's transaction: the number
+        of revisions analysed, or None when there was nothing to do."""
+        packer, cursor = self.packer, self.cursor
+        state = packer.refs_state(cursor)
+        if state is None:
+            # Nothing analysed yet (a new database, or one from before
+            # schema version 3): read everything up to now, in key order,
+            # trusting no reference row that may be left.
+            last = self.adapter.poller.last_tid(cursor)
+            packer.clear_refs(cursor)
+            state = RefsState(scan_tid=last) if last else RefsState()
+            packer.set_refs_state(cursor, state)
+            return 0
+        if state.scan_tid:
+            rows = packer.scan_page(cursor, state.scan_tid, state.scan_zoid,
+                                    state.scan_rev, PAGE)
+            if not rows:
+                state = RefsState(refs_tid=state.scan_tid, refs_zoid=ALL)
+                packer.set_refs_state(cursor, state)
+                return 0
+            state.scan_zoid, state.scan_rev = rows[-1][:2]
+        else:
+            rows = packer.tail_page(cursor, state.refs_tid, state.refs_zoid,
+                                    PAGE)
+            if not rows:
+                return None
+            if not packer.keep_history:
+                # The newer revision replaced the one analysed before.
+                packer.drop_refs(cursor, [zoid for zoid, _, _ in rows])
+            state.refs_zoid, state.refs_tid = rows[-1][:2]
+        referencesf = self.referencesf
+        refs = []
+        for zoid, tid, data in rows:
+            if data:
+                refs.extend((zoid, tid, to) for to in
+                            {u64(ref) for ref in referencesf(data)})
+        packer.add_refs(cursor, refs)
+        if rescue and refs:
+            depth = packer.max_depth(cursor) + 1
+            if packer.rescue(cursor, [to for _, _, to in refs], depth):
+                self._walk(depth)
+        packer.set_refs_state(cursor, state)
+        return len(rows)
+
+    def _walk(self, depth, commit_steps=False):
+        """Walk from the objects reached at ``depth``; each step in the
+        caller's transaction, or (``commit_steps``) one of its own."""
+        packer, cursor = self.packer, self.cursor
+        reached = 0
+        while True:
+            if commit_steps:
+                self._check_stop()
+                count = self.write(lambda: packer.walk_step(cursor, depth))
+            else:
+                count = packer.walk_step(cursor, depth)
+            if count <= 0:
+                return reached
+            reached += count
+            depth += 1
+            if commit_steps:
+                self.progress.add(count)
+
+    # -- analysis ----------------------------------------------------------
+
+    def _pack_tid(self, t):
+        """The tid to pack to for time ``t`` (None: the last transaction),
+        or None if nothing was committed before it."""
+        packer, cursor = self.packer, self.cursor
+
+        def read():
+            return (self.adapter.poller.last_tid(cursor),
+                    packer.oldest_transaction(cursor))
+        last, oldest = self.read(read)
+        pack_tid = last if t is None else min(tid_for_time(t), last)
+        if oldest is not None and pack_tid and \
+                tid_for_time(oldest) <= pack_tid:
+            # That transaction may still commit a reference to an object
+            # that was reachable when it began; pack to before it began.
+            pack_tid = tid_for_time(oldest) - 1
+            self.progress.note(
+                'pack time moved back to %s: a transaction of another '
+                'session of this database began then and is still open',
+                _when(pack_tid))
+        return pack_tid if pack_tid > 0 else None
+
+    def analyse(self, t, gc):
+        """The pre-pack: a new analysis for a pack to ``t``; returns its
+        PackRun, or None when there is nothing to pack."""
+        packer, cursor, progress = self.packer, self.cursor, self.progress
+        earlier = self.read(lambda: packer.run(cursor))
+        if earlier is not None and earlier.phase >= earlier.ANALYSED:
+            progress.note(
+                'the analysis of an earlier pack to %s, stopped before it '
+                'was done, is replaced (pack-skip-prepack would have used '
+                'it)', _when(earlier.pack_tid))
+        if gc:
+            self.catch_up()
+        pack_tid = self._pack_tid(t)
+        if pack_tid is None:
+            progress.note('nothing was committed before the pack time')
+            self.write(lambda: packer.clear_run(cursor))
+            return None
+        refs_tid = self.read(lambda: packer.refs_state(cursor))
+        refs_tid = refs_tid.refs_tid if refs_tid is not None else 0
+        progress.note('analysing the database as of %s%s', _when(pack_tid),
+                      '' if gc else ' (pack-gc false: no reachability)')
+        started = time.monotonic()
+
+        def fill():
+            packer.clear_run(cursor)
+            packer.start_run(cursor, pack_tid, gc, refs_tid)
+            return packer.fill(cursor, pack_tid)
+        objects = self.write(fill)
+        progress.note('%s objects have revisions up to the pack time',
+                      f'{objects:,}')
+        if gc:
+            progress.phase('objects reached from the root', objects)
+            progress.add(self.write(lambda: packer.seed(cursor, pack_tid)))
+            self._walk(0, commit_steps=True)
+            progress.end_phase()
+        self.write(lambda: packer.analysed(cursor, objects))
+        run = self.read(lambda: packer.run(cursor))
+        garbage = self.read(lambda: packer.count_garbage(cursor, gc))
+        old = self.read(lambda: packer.count_old(cursor, gc))
+        progress.note('analysis done in %.1fs: %s of %s objects go%s',
+                      time.monotonic() - started, f'{garbage:,}',
+                      f'{objects:,}',
+                      f', and the old revisions of {old:,} others'
+                      if packer.keep_history else '')
+        return run
+
+    def usable_run(self):
+        """The kept analysis, checked before it is used."""
+        packer, cursor = self.packer, self.cursor
+
+        def read():
+            return packer.run(cursor), packer.count_objects(cursor)
+        run, objects = self.read(read)
+        if run is None:
+            raise PackError(
+                'no kept pack analysis to use (pack-skip-prepack, zodbpack '
+                '--use-prepack-state): run a pre-pack first (zodbpack '
+                '--prepack) or a whole pack')
+        if run.format != FORMAT:
+            raise PackError(
+                f'the kept pack analysis has format {run.format}, not '
+                f'{FORMAT}: it was made by another version of relstorage; '
+                f'run a whole pack')
+        if run.phase < run.ANALYSED:
+            raise PackError(
+                'the kept pack analysis is incomplete (its pre-pack was '
+                'stopped): run a pre-pack again or a whole pack')
+        if objects != run.objects:
+            raise PackError(
+                f'the kept pack analysis lists {objects} objects where it '
+                f'recorded {run.objects}: it is damaged; run a whole pack')
+        return run
+
+    # -- deletion ----------------------------------------------------------
+
+    def _wait_for_older_transactions(self, run):
+        """History-free: wait (at most pack-max-delay) until no other
+        client has a transaction open that began before the last commit
+        the analysis saw.  History-free judges reachability on current
+        states, so an object unlinked by a commit the analysis saw is
+        garbage, though a transaction that began before that commit could
+        still link it again.  (History-preserving moves the pack time back
+        instead: its analysis has the states as of any time.)"""
+        if not run.gc or self.packer.keep_history or not run.refs_tid:
+            return
+        seen = tid_time(run.refs_tid)
+        deadline = time.monotonic() + self.options.pack_max_delay
+        told = False
+        while True:
+            oldest = self.read(
+                lambda: self.packer.oldest_transaction(self.cursor))
+            if oldest is None or oldest > seen:
+                return
+            if time.monotonic() >= deadline:
+                raise PackError(
+                    f'another client has a transaction open since '
+                    f'{time.strftime("%H:%M:%S", time.gmtime(oldest))} UTC, '
+                    f'before the last commit this pack analysed: it could '
+                    f'still link objects the pack would remove.  Nothing '
+                    f'was removed; pack again when it has ended (waited '
+                    f'pack-max-delay, {self.options.pack_max_delay:g}s)')
+            if not told:
+                told = True
+                self.progress.note(
+                    'waiting for transactions of other clients that began '
+                    'before the analysis to end')
+            time.sleep(min(0.5, max(0.05, deadline - time.monotonic())))
+
+    def delete(self, run):
+        packer, cursor, options = self.packer, self.cursor, self.options
+        self._wait_for_older_transactions(run)
+        if run.gc:
+            self.catch_up(run)
+        self.write(lambda: packer.mark_packed(cursor, run.pack_tid))
+        pacer = _Pacer(options)
+        if run.phase == run.ANALYSED:
+            self._batches(
+                run, pacer, 'garbage objects removed',
+                lambda after, size: packer.garbage(cursor, run.gc, after,
+                                                   size),
+                lambda zoids: packer.delete_garbage(cursor, zoids,
+                                                    run.pack_tid),
+                self.read(lambda: packer.count_garbage(cursor, run.gc)))
+            run.phase, run.upto = run.GARBAGE_DONE, -1
+            self.write(lambda: packer.update_run(cursor, run.phase, -1))
+        if run.phase == run.GARBAGE_DONE:
+            if packer.keep_history:
+                self._batches(
+                    run, pacer, 'objects with old revisions removed',
+                    lambda after, size: packer.old_revisions(
+                        cursor, run.gc, after, size),
+                    lambda rows: packer.delete_old_revisions(cursor, rows),
+                    self.read(lambda: packer.count_old(cursor, run.gc)))
+            run.phase, run.upto = run.OLD_DONE, -1
+            self.write(lambda: packer.update_run(cursor, run.phase, -1))
+
+        def finish():
+            packer.finish(cursor, run.pack_tid)
+            packer.clear_run(cursor)
+        self.write(finish)
+        self.progress.note('pack to %s done', _when(run.pack_tid))
+
+    def _batches(self, run, pacer, what, fetch, apply, total):
+        packer, cursor = self.packer, self.cursor
+        progress = self.progress
+        progress.phase(what, total)
+        try:
+            while True:
+                self._check_stop()
+                started = time.monotonic()
+                if run.gc:
+                    self.catch_up(run, show=False)
+                rows = self.read(lambda: fetch(run.upto, pacer.size))
+                if not rows:
+                    return
+                last = rows[-1]
+                upto = last[0] if isinstance(last, tuple) else last
+
+                def batch():
+                    apply(rows)
+                    packer.update_run(cursor, run.phase, upto)
+                self.write(batch)
+                run.upto = upto
+                progress.add(len(rows))
+                pacer.pause(started)
+        finally:
+            progress.end_phase()
+
+    # -- blobs -------------------------------------------------------------
+
+    def remove_blob_chunks(self):
+        """Remove the chunks of blobs that no revision refers to, a batch
+        per transaction.  A blob's chunks belong to one revision, and
+        uncommitted ones are invisible here."""
+        blobs, cursor = self.adapter.blobs, self.cursor
+        pacer = _Pacer(self.options)
+        removed = 0
         after = -1
         while True:
-            rows = fetch(cursor, after, BATCH)
-            if not rows:
-                return
-            last = rows[-1]
-            after = last[0] if isinstance(last, tuple) else last
+            self._check_stop()
+            blob_ids = self.read(
+                lambda: blobs.orphans(cursor, after, BLOB_BATCH))
+            if not blob_ids:
+                break
+            after = blob_ids[-1]
             started = time.monotonic()
-            _write(adapter, conn, cursor, lambda: apply(rows))
-            progress.add(len(rows))
-            _pause_after(started)
+            self.write(lambda: blobs.delete_chunks(cursor, blob_ids))
+            removed += len(blob_ids)
+            pacer.pause(started)
+        if removed:
+            self.progress.note('the data of %d blobs removed', removed)
 
-    batches(packer.garbage,
-            lambda zoids: packer.delete_garbage(cursor, zoids, pack_tid),
-            'garbage objects removed')
-    batches(packer.old_revisions,
-            lambda rows: packer.delete_old_revisions(cursor, rows),
-            'objects with old revisions removed')
-    _write(adapter, conn, cursor, lambda: packer.finish(cursor, pack_tid))
+
+class _Pacer:
+    """Batch sizes and pauses: batches of about pack-batch-timeout seconds,
+    each followed by a pause that keeps the work to pack-duty-cycle of the
+    time (never longer than pack-max-delay)."""
+
+    def __init__(self, options):
+        self.target = options.pack_batch_timeout
+        self.duty = options.pack_duty_cycle
+        self.max_delay = options.pack_max_delay
+        self.size = FIRST_BATCH
+
+    def pause(self, started):
+        busy = time.monotonic() - started
+        if busy > 0 and self.target > 0:
+            factor = min(2.0, max(0.25, self.target / busy))
+            self.size = int(min(MAX_BATCH, max(MIN_BATCH, self.size * factor)))
+        if self.duty < 1.0:
+            time.sleep(min(busy * (1.0 - self.duty) / self.duty,
+                           self.max_delay))

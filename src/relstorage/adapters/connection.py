@@ -12,6 +12,22 @@ class ConnectionManager:
 
     driver = None
     lock_timeout = 0
+    #: The server's ids of the sessions this manager has open (see
+    #: ``session_id``), or None before the first.
+    sessions = None
+
+    def session_id(self, conn):
+        """The server's id of the session of ``conn`` (known to the driver
+        without a round trip), or None where the database has none."""
+        return None
+
+    def _opened(self, conn):
+        session = self.session_id(conn)
+        if session is not None:
+            if self.sessions is None:
+                self.sessions = set()
+            self.sessions.add(session)
+        return conn
 
     def _connect_when_free(self, connect, is_full, describe):
         """``connect()``, waiting (at most the lock timeout, with growing
@@ -21,7 +37,7 @@ class ConnectionManager:
         pause = 0.02
         while True:
             try:
-                return connect()
+                return self._opened(connect())
             except self.driver.Error as e:
                 if not is_full(e) or time.monotonic() + pause > deadline:
                     raise DisconnectedError(
@@ -48,6 +64,11 @@ class ConnectionManager:
         cursor.execute('COMMIT')
 
     def close(self, conn, cursor):
+        if self.sessions:
+            try:
+                self.sessions.discard(self.session_id(conn))
+            except Exception:   # a broken connection may not say
+                pass
         try:
             self.rollback(conn, cursor)
             conn.close()

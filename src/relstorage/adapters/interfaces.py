@@ -77,6 +77,10 @@ class ICapabilities(Interface):
         "Each statement is a round trip to a server.  False for an "
         "embedded database, where a query costs microseconds and batching "
         "reads (read-ahead) saves nothing.")
+    lists_open_transactions = Attribute(
+        "The server tells when the open transactions of other sessions "
+        "began (a pack moves its time back before the oldest, see "
+        "IPacker.oldest_transaction).")
 
 
 class IConnectionManager(Interface):

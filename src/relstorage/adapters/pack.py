@@ -1,99 +1,470 @@
 """Shared default of the packer role (see interfaces.IPacker).
 
-The packer runs SQL on a connection of its own; the pack pipeline that
-drives it (analysis, graph walk, batched deletion) is relstorage.pack.
-Helper tables (``pack_object``, ``pack_ref``, ``pack_garbage``) hold the
-analysis, so deletions are joins against them, never sub-queries over the
-whole object table.
+The packer runs SQL on a connection of its own; the pipeline that drives
+it (reference analysis, the walk, batched deletion) is relstorage.pack.
+The tables are those of migration step 0003-pack:
+
+* ``object_ref`` (kept between packs): the references of every analysed
+  revision, with ``pack_state`` saying how far the analysis has got;
+* ``pack_run``, ``pack_object``, ``pack_reached`` (one pack's analysis,
+  emptied when its deletions are done).
+
+The walk and the deletions are joins against these tables, never
+sub-queries over the object table.  Statements are written here with
+``?`` placeholders; a database whose driver wants ``%s`` sets ``PARAM``
+and gets them rewritten once per statement.
 """
+import functools
+
 from relstorage.adapters.interfaces import IPacker
 from relstorage.adapters.objects import _bytes
+from relstorage.adapters.objects import batched
 from zope.interface import implementer
+
+#: The layout of pack_run, pack_object and pack_reached that this code
+#: writes; a pack_run of another format is never used.
+FORMAT = 1
+
+#: refs_zoid once every revision of refs_tid is analysed.
+ALL = (1 << 63) - 1
+
+
+class RefsState:
+    """The row of ``pack_state``: how far the reference analysis has got.
+
+    ``scan_tid`` is not 0 while a first analysis reads every revision up to
+    it in key order (then ``scan_zoid``, ``scan_rev`` is the last revision
+    read); otherwise every revision up to ``(refs_tid, refs_zoid)`` in
+    (tid, zoid) order has been analysed.
+    """
+
+    __slots__ = ('refs_tid', 'refs_zoid', 'scan_tid', 'scan_zoid', 'scan_rev')
+
+    def __init__(self, refs_tid=0, refs_zoid=ALL, scan_tid=0, scan_zoid=-1,
+                 scan_rev=-1):
+        self.refs_tid = refs_tid
+        self.refs_zoid = refs_zoid
+        self.scan_tid = scan_tid
+        self.scan_zoid = scan_zoid
+        self.scan_rev = scan_rev
+
+    def values(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __repr__(self):
+        return f'RefsState{self.values()}'
+
+
+class PackRun:
+    """The row of ``pack_run``: one pack's analysis and its progress."""
+
+    __slots__ = ('format', 'pack_tid', 'gc', 'refs_tid', 'objects', 'phase',
+                 'upto')
+
+    #: Phases: analysing (no usable analysis yet), analysed, garbage
+    #: removed, old revisions removed.
+    ANALYSING, ANALYSED, GARBAGE_DONE, OLD_DONE = 0, 1, 2, 3
+
+    def __init__(self, format, pack_tid, gc, refs_tid, objects, phase, upto):
+        self.format = format
+        self.pack_tid = pack_tid
+        self.gc = bool(gc)
+        self.refs_tid = refs_tid
+        self.objects = objects
+        self.phase = phase
+        self.upto = upto
+
+    def __repr__(self):
+        fields = ', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)
+        return f'PackRun({fields})'
 
 
 @implementer(IPacker)
 class Packer:
 
-    CREATE_HELPERS = ()       # statements creating the helper tables
-    CLEAR_HELPERS = ()        # statements emptying them
-    FILL = None               # (pack_tid,)
-    COUNT = 'SELECT COUNT(*) FROM pack_object'
-    KEPT_STATES = None        # (after_zoid, limit) -> zoid, state
-    NEWER_STATES = None       # (pack_tid, z, z, t, limit) -> zoid, tid, state
-    ADD_REF = None            # (zoid, to_zoid)
-    REFS_OF = None            # {in_list} -> to_zoid
-    PACK_OIDS = None          # (after_zoid, limit) -> zoid, keep_null
-    ADD_GARBAGE = None        # (zoid,)
-    GARBAGE = None            # (after_zoid, limit) -> zoid
-    DELETE_GARBAGE = ()       # statements taking (zoid, pack_tid)
-    #: Locks the rows committers lock at vote, for the given zoids, skipping
-    #: those already locked; returns the zoids locked.  None where there
-    #: are no row locks (SQLite).
-    LOCK_GARBAGE = None
-    OLD_REVISIONS = None      # (after_zoid, limit) -> zoid, keep_tid
-    DELETE_OLD = None         # (zoid, keep_tid)
-    #: Like DELETE_OLD, for the rows that tie those revisions to their
-    #: blobs (the chunks become orphans, removed after the deletions).
-    DELETE_OLD_BLOBS = None
-    FINISH = ()               # statements taking (pack_tid,)
     PARAM = '?'
 
-    def prepare(self, cursor):
-        for stmt in self.CREATE_HELPERS:
-            cursor.execute(stmt)
-        for stmt in self.CLEAR_HELPERS:
-            cursor.execute(stmt)
+    REFS_STATE = """
+        SELECT refs_tid, refs_zoid, scan_tid, scan_zoid, scan_rev
+        FROM pack_state WHERE id = 0"""
+    SET_REFS_STATE = (
+        'DELETE FROM pack_state',
+        """INSERT INTO pack_state
+               (id, refs_tid, refs_zoid, scan_tid, scan_zoid, scan_rev)
+           VALUES (0, ?, ?, ?, ?, ?)""",
+    )
+    CLEAR_REFS = 'DELETE FROM object_ref'
+    COUNT_UP_TO = 'SELECT COUNT(*) FROM object_state WHERE tid <= ?'
+    COUNT_AFTER = 'SELECT COUNT(*) FROM object_state WHERE tid > ?'
+    # A first analysis reads in key order: on a large table that is the
+    # order of the pages (InnoDB clusters by key), where tid order would
+    # be a random read per row.
+    SCAN_PAGE = """
+        SELECT zoid, tid, state FROM object_state
+        WHERE (zoid, tid) > (?, ?) AND tid <= ?
+        ORDER BY zoid, tid
+        LIMIT ?"""
+    # Later ones read what was written since, in tid order: the rest of
+    # one transaction, then the transactions after it.
+    TAIL_SAME = """
+        SELECT zoid, tid, state FROM object_state
+        WHERE tid = ? AND zoid > ?
+        ORDER BY zoid
+        LIMIT ?"""
+    TAIL_NEXT = """
+        SELECT zoid, tid, state FROM object_state
+        WHERE tid > ?
+        ORDER BY tid, zoid
+        LIMIT ?"""
+    DROP_REFS = 'DELETE FROM object_ref WHERE zoid IN ({in_list})'
+    ADD_REF = 'INSERT INTO object_ref (zoid, tid, to_zoid) VALUES (?, ?, ?)'
 
-    def fill(self, cursor, pack_tid):
-        cursor.execute(self.FILL, (pack_tid,))
-        cursor.execute(self.COUNT)
-        return cursor.fetchone()[0]
+    RUN = """
+        SELECT format, pack_tid, gc, refs_tid, objects, phase, upto
+        FROM pack_run WHERE id = 0"""
+    START_RUN = """
+        INSERT INTO pack_run
+            (id, format, pack_tid, gc, refs_tid, objects, phase, upto)
+        VALUES (0, ?, ?, ?, ?, 0, 0, -1)"""
+    UPDATE_RUN = 'UPDATE pack_run SET phase = ?, upto = ? WHERE id = 0'
+    ANALYSED_RUN = 'UPDATE pack_run SET phase = 1, objects = ? WHERE id = 0'
+    CLEAR_RUN = (
+        'DELETE FROM pack_run',
+        'DELETE FROM pack_object',
+        'DELETE FROM pack_reached',
+    )
+    FILL = None                   # (pack_tid,): per history mode
+    COUNT_OBJECTS = 'SELECT COUNT(*) FROM pack_object'
+    SEED = (
+        # The root.
+        'INSERT INTO pack_reached (zoid, depth) '
+        'SELECT zoid, 0 FROM pack_object WHERE zoid = 0',
+        # What revisions after the pack tid refer to ...
+        """INSERT INTO pack_reached (zoid, depth)
+           SELECT DISTINCT r.to_zoid, 0
+           FROM object_ref r
+           JOIN pack_object q ON q.zoid = r.to_zoid
+           LEFT JOIN pack_reached x ON x.zoid = r.to_zoid
+           WHERE r.tid > ? AND x.zoid IS NULL""",
+        # ... and the objects they are revisions of.
+        """INSERT INTO pack_reached (zoid, depth)
+           SELECT DISTINCT p.zoid, 0
+           FROM object_state o
+           JOIN pack_object p ON p.zoid = o.zoid
+           LEFT JOIN pack_reached x ON x.zoid = p.zoid
+           WHERE o.tid > ? AND x.zoid IS NULL""",
+    )
+    # One step of the walk: what the kept revisions of the last step's
+    # objects refer to, not reached yet.  (depth + 1, depth)
+    WALK_STEP = """
+        INSERT INTO pack_reached (zoid, depth)
+        SELECT DISTINCT r.to_zoid, ?
+        FROM pack_reached f
+        JOIN pack_object p ON p.zoid = f.zoid
+        JOIN object_ref r ON r.zoid = p.zoid AND r.tid = p.keep_tid
+        JOIN pack_object q ON q.zoid = r.to_zoid
+        LEFT JOIN pack_reached x ON x.zoid = r.to_zoid
+        WHERE f.depth = ? AND x.zoid IS NULL"""
+    MAX_DEPTH = 'SELECT MAX(depth) FROM pack_reached'
+    RESCUE = """
+        INSERT INTO pack_reached (zoid, depth)
+        SELECT p.zoid, ?
+        FROM pack_object p
+        LEFT JOIN pack_reached x ON x.zoid = p.zoid
+        WHERE p.zoid IN ({in_list}) AND x.zoid IS NULL"""
 
-    def kept_states(self, cursor, after_zoid, limit):
-        cursor.execute(self.KEPT_STATES, (after_zoid, limit))
-        return [(z, _bytes(s)) for z, s in cursor.fetchall()]
+    # Garbage: not reached (with gc), or deleted as of the pack tid.
+    GARBAGE_GC = """
+        SELECT p.zoid FROM pack_object p
+        LEFT JOIN pack_reached x ON x.zoid = p.zoid
+        WHERE p.zoid > ? AND (x.zoid IS NULL OR p.keep_null)
+        ORDER BY p.zoid
+        LIMIT ?"""
+    GARBAGE_NO_GC = """
+        SELECT zoid FROM pack_object
+        WHERE zoid > ? AND keep_null
+        ORDER BY zoid
+        LIMIT ?"""
+    COUNT_GARBAGE_GC = """
+        SELECT COUNT(*) FROM pack_object p
+        LEFT JOIN pack_reached x ON x.zoid = p.zoid
+        WHERE x.zoid IS NULL OR p.keep_null"""
+    COUNT_GARBAGE_NO_GC = 'SELECT COUNT(*) FROM pack_object WHERE keep_null'
+    # Kept objects with revisions older than the kept one (history-
+    # preserving).
+    OLD_GC = """
+        SELECT p.zoid, p.keep_tid FROM pack_object p
+        JOIN pack_reached x ON x.zoid = p.zoid
+        WHERE p.zoid > ? AND p.has_older AND NOT p.keep_null
+        ORDER BY p.zoid
+        LIMIT ?"""
+    OLD_NO_GC = """
+        SELECT zoid, keep_tid FROM pack_object
+        WHERE zoid > ? AND has_older AND NOT keep_null
+        ORDER BY zoid
+        LIMIT ?"""
+    COUNT_OLD_GC = """
+        SELECT COUNT(*) FROM pack_object p
+        JOIN pack_reached x ON x.zoid = p.zoid
+        WHERE p.has_older AND NOT p.keep_null"""
+    COUNT_OLD_NO_GC = """
+        SELECT COUNT(*) FROM pack_object
+        WHERE has_older AND NOT keep_null"""
 
-    def newer_states(self, cursor, pack_tid, after, limit):
-        zoid, tid = after
-        cursor.execute(self.NEWER_STATES, (pack_tid, zoid, zoid, tid, limit))
+    #: Statements taking ``{in_list}`` of zoids and the pack tid.
+    DELETE_GARBAGE = ()
+    #: Statements taking (zoid, keep_tid) (history-preserving).
+    DELETE_OLD = ()
+    MARK_PACKED = None            # (pack_tid,): history-preserving
+    FINISH = ()                   # statements taking (pack_tid,)
+
+    # References of reached objects to objects that do not exist.
+    BROKEN_REFS = """
+        SELECT r.zoid, r.to_zoid
+        FROM pack_reached f
+        JOIN pack_object p ON p.zoid = f.zoid
+        JOIN object_ref r ON r.zoid = p.zoid AND r.tid = p.keep_tid
+        LEFT JOIN pack_object q ON q.zoid = r.to_zoid
+        WHERE q.zoid IS NULL OR q.keep_null
+        ORDER BY r.zoid, r.to_zoid
+        LIMIT ?"""
+
+    keep_history = None           # set by the history-mode mixins
+
+    def __init__(self, connmanager):
+        self.connmanager = connmanager
+
+    # -- plumbing --------------------------------------------------------
+
+    @functools.lru_cache(maxsize=None)
+    def _sql(self, statement):
+        if self.PARAM == '?':
+            return statement
+        return statement.replace('?', self.PARAM)
+
+    def _run(self, cursor, statement, params=()):
+        cursor.execute(self._sql(statement), params)
+        return cursor
+
+    def _value(self, cursor, statement, params=()):
+        row = self._run(cursor, statement, params).fetchone()
+        return row[0] if row else None
+
+    def _in(self, values):
+        """``(the text inside IN (...), its parameters)``."""
+        return ', '.join([self.PARAM] * len(values)), list(values)
+
+    def _run_in(self, cursor, statement, zoids, before=(), after=()):
+        """``statement`` with ``{in_list}`` for ``zoids`` (one batch), its
+        other parameters ``before`` and ``after`` the list in the text;
+        returns the row count."""
+        in_list, in_params = self._in(zoids)
+        cursor.execute(self._sql(statement).format(in_list=in_list),
+                       list(before) + in_params + list(after))
+        return cursor.rowcount
+
+    # -- exclusion ---------------------------------------------------------
+
+    def try_lock(self, conn, cursor):
+        """Take the database's pack lock without waiting: a function that
+        releases it, or None if another pack holds it.  Closing the
+        connection (or the end of the process) releases it too."""
+        raise NotImplementedError
+
+    def oldest_transaction(self, cursor):
+        """The start (seconds since the epoch, the server's clock) of the
+        oldest transaction still open in a session of this database that
+        was not opened by this connection manager (the storage packing and
+        its instances: the caller's own connections are its own business),
+        or None (none, or the database cannot tell)."""
+        return None
+
+    # -- references --------------------------------------------------------
+
+    def refs_state(self, cursor):
+        row = self._run(cursor, self.REFS_STATE).fetchone()
+        return RefsState(*row) if row else None
+
+    def set_refs_state(self, cursor, state):
+        delete, insert = self.SET_REFS_STATE
+        self._run(cursor, delete)
+        self._run(cursor, insert, state.values())
+
+    def clear_refs(self, cursor):
+        self._run(cursor, self.CLEAR_REFS)
+
+    def count_up_to(self, cursor, tid):
+        return self._value(cursor, self.COUNT_UP_TO, (tid,))
+
+    def count_after(self, cursor, tid):
+        return self._value(cursor, self.COUNT_AFTER, (tid,))
+
+    def _states(self, cursor):
         return [(z, t, _bytes(s)) for z, t, s in cursor.fetchall()]
+
+    def scan_page(self, cursor, scan_tid, zoid, tid, limit):
+        self._run(cursor, self.SCAN_PAGE, (zoid, tid, scan_tid, limit))
+        return self._states(cursor)
+
+    def tail_page(self, cursor, tid, zoid, limit):
+        self._run(cursor, self.TAIL_SAME, (tid, zoid, limit))
+        rows = self._states(cursor)
+        if len(rows) < limit:
+            self._run(cursor, self.TAIL_NEXT, (tid, limit - len(rows)))
+            rows += self._states(cursor)
+        return rows
+
+    def drop_refs(self, cursor, zoids):
+        for chunk in batched(zoids, 500):
+            self._run_in(cursor, self.DROP_REFS, chunk)
 
     def add_refs(self, cursor, refs):
         if refs:
-            cursor.executemany(self.ADD_REF, refs)
+            cursor.executemany(self._sql(self.ADD_REF), refs)
 
-    def refs_of(self, cursor, zoids):
-        stmt = self.REFS_OF.format(in_list=', '.join([self.PARAM] * len(zoids)))
-        cursor.execute(stmt, list(zoids))
-        return [row[0] for row in cursor.fetchall()]
+    # -- one pack's analysis ---------------------------------------------
 
-    def pack_oids(self, cursor, after_zoid, limit):
-        cursor.execute(self.PACK_OIDS, (after_zoid, limit))
-        return cursor.fetchall()
+    def run(self, cursor):
+        row = self._run(cursor, self.RUN).fetchone()
+        return PackRun(*row) if row else None
 
-    def add_garbage(self, cursor, zoids):
-        if zoids:
-            cursor.executemany(self.ADD_GARBAGE, [(z,) for z in zoids])
+    def clear_run(self, cursor):
+        for statement in self.CLEAR_RUN:
+            self._run(cursor, statement)
 
-    def garbage(self, cursor, after_zoid, limit):
-        cursor.execute(self.GARBAGE, (after_zoid, limit))
-        return [row[0] for row in cursor.fetchall()]
+    def start_run(self, cursor, pack_tid, gc, refs_tid):
+        self._run(cursor, self.START_RUN, (FORMAT, pack_tid, gc, refs_tid))
+
+    def update_run(self, cursor, phase, upto):
+        self._run(cursor, self.UPDATE_RUN, (phase, upto))
+
+    def analysed(self, cursor, objects):
+        self._run(cursor, self.ANALYSED_RUN, (objects,))
+
+    def fill(self, cursor, pack_tid):
+        self._run(cursor, self.FILL, (pack_tid,))
+        return self.count_objects(cursor)
+
+    def count_objects(self, cursor):
+        return self._value(cursor, self.COUNT_OBJECTS)
+
+    def seed(self, cursor, pack_tid):
+        root, refs, objects = self.SEED
+        count = max(self._run(cursor, root).rowcount, 0)
+        count += max(self._run(cursor, refs, (pack_tid,)).rowcount, 0)
+        count += max(self._run(cursor, objects, (pack_tid,)).rowcount, 0)
+        return count
+
+    def walk_step(self, cursor, depth):
+        return self._run(cursor, self.WALK_STEP, (depth + 1, depth)).rowcount
+
+    def max_depth(self, cursor):
+        depth = self._value(cursor, self.MAX_DEPTH)
+        return -1 if depth is None else depth
+
+    def rescue(self, cursor, zoids, depth):
+        """Mark reached, at ``depth``, the objects of ``zoids`` that the
+        analysis found unreachable; returns how many."""
+        count = 0
+        for chunk in batched(sorted(set(zoids)), 500):
+            count += self._run_in(cursor, self.RESCUE, chunk, before=(depth,))
+        return count
+
+    # -- deletion ----------------------------------------------------------
+
+    def garbage(self, cursor, gc, after, limit):
+        statement = self.GARBAGE_GC if gc else self.GARBAGE_NO_GC
+        return [row[0] for row in
+                self._run(cursor, statement, (after, limit)).fetchall()]
+
+    def count_garbage(self, cursor, gc):
+        return self._value(
+            cursor, self.COUNT_GARBAGE_GC if gc else self.COUNT_GARBAGE_NO_GC)
+
+    def old_revisions(self, cursor, gc, after, limit):
+        if not self.keep_history:
+            return []
+        statement = self.OLD_GC if gc else self.OLD_NO_GC
+        return self._run(cursor, statement, (after, limit)).fetchall()
+
+    def count_old(self, cursor, gc):
+        if not self.keep_history:
+            return 0
+        return self._value(
+            cursor, self.COUNT_OLD_GC if gc else self.COUNT_OLD_NO_GC)
+
+    def lock_garbage(self, cursor, zoids, pack_tid):
+        """The zoids of ``zoids`` whose rows this transaction could lock
+        without waiting (the others are being committed: not garbage)."""
+        return zoids
 
     def delete_garbage(self, cursor, zoids, pack_tid):
-        for stmt in self.DELETE_GARBAGE:
-            cursor.executemany(stmt, [(z, pack_tid) for z in zoids])
-
-    def old_revisions(self, cursor, after_zoid, limit):
-        if self.OLD_REVISIONS is None:
-            return []
-        cursor.execute(self.OLD_REVISIONS, (after_zoid, limit))
-        return cursor.fetchall()
+        """Remove every revision at or before ``pack_tid`` of the objects
+        of ``zoids`` that can be locked at once; returns how many."""
+        zoids = self.lock_garbage(cursor, zoids, pack_tid)
+        for chunk in batched(zoids, 500):
+            for statement in self.DELETE_GARBAGE:
+                self._run_in(cursor, statement, chunk, after=(pack_tid,))
+        return len(zoids)
 
     def delete_old_revisions(self, cursor, rows):
-        if self.DELETE_OLD is not None:
-            cursor.executemany(self.DELETE_OLD, rows)
-            cursor.executemany(self.DELETE_OLD_BLOBS, rows)
+        for statement in self.DELETE_OLD:
+            cursor.executemany(self._sql(statement), rows)
+
+    def mark_packed(self, cursor, pack_tid):
+        if self.MARK_PACKED:
+            self._run(cursor, self.MARK_PACKED, (pack_tid,))
 
     def finish(self, cursor, pack_tid):
-        for stmt in self.FINISH:
-            cursor.execute(stmt, (pack_tid,))
+        for statement in self.FINISH:
+            self._run(cursor, statement, (pack_tid,))
+
+    def broken_refs(self, cursor, limit):
+        return self._run(cursor, self.BROKEN_REFS, (limit,)).fetchall()
+
+    # -- space -------------------------------------------------------------
+
+    def reclaim_space(self, connmanager):
+        """Give the space of removed rows back (VACUUM, OPTIMIZE TABLE);
+        returns a description of what ran."""
+        raise NotImplementedError
+
+
+class HistoryPreservingMixin:
+    """The statements that differ with history (portable forms)."""
+
+    keep_history = True
+
+    FILL = """
+        INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
+        SELECT o.zoid, o.tid, o.state IS NULL, k.revisions > 1
+        FROM (SELECT zoid, MAX(tid) AS tid, COUNT(*) AS revisions
+              FROM object_state
+              WHERE tid <= ?
+              GROUP BY zoid) k
+        JOIN object_state o ON o.zoid = k.zoid AND o.tid = k.tid"""
+    MARK_PACKED = """
+        UPDATE transaction_log SET packed = TRUE
+        WHERE tid <= ? AND NOT packed"""
+    FINISH = (
+        """DELETE FROM transaction_log
+           WHERE tid <= ?
+             AND NOT EXISTS (SELECT 1 FROM object_state o
+                             WHERE o.tid = transaction_log.tid)""",
+        """DELETE FROM superseded_state
+           WHERE tid <= ?
+             AND NOT EXISTS (SELECT 1 FROM object_state o
+                             WHERE o.zoid = superseded_state.zoid
+                               AND o.tid = superseded_state.tid)""",
+    )
+
+
+class HistoryFreeMixin:
+
+    keep_history = False
+
+    FILL = """
+        INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
+        SELECT zoid, tid, state IS NULL, FALSE
+        FROM object_state
+        WHERE tid <= ?"""

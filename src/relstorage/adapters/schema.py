@@ -24,6 +24,10 @@ from zope.interface import implementer
 #: The version this code reads and writes.
 SCHEMA_VERSION = migrations.LATEST
 
+#: The tables of packing (step 0003-pack), in every database.
+PACK_TABLES = ('object_ref', 'pack_state', 'pack_run', 'pack_object',
+               'pack_reached')
+
 
 def sql_statements(path):
     """The statements of one SQL file, without comments."""

@@ -32,6 +32,7 @@ class MySQLCapabilities:
     multiple_processes = True
     tids_from_local_clock = False
     network_round_trips = True
+    lists_open_transactions = True
 
 
 @implementer(IAdapter)
@@ -69,7 +70,7 @@ class MySQLAdapter(Adapter):
                 transactions.HistoryPreservingTransactionControl(
                     self.mover.MOVE_FROM_TEMP, self.mover.move_rows))
             self.history = history.HistoryPreservingHistory()
-            self.packer = pack.HistoryPreservingPacker()
+            self.packer = pack.HistoryPreservingPacker(cm)
         else:
             self.locker = locks.HistoryFreeLocker(cm)
             self.mover = objects.HistoryFreeMover(cm)
@@ -77,7 +78,7 @@ class MySQLAdapter(Adapter):
             self.txncontrol = transactions.HistoryFreeTransactionControl(
                 self.mover.MOVE_FROM_TEMP, self.mover.move_rows)
             self.history = history.HistoryFreeHistory()
-            self.packer = pack.HistoryFreePacker()
+            self.packer = pack.HistoryFreePacker(cm)
 
     def database_size(self):
         conn = self.connmanager.connect()

@@ -95,6 +95,10 @@ class MySQLConnectionManager(ConnectionManager):
         cursor.close()
         return conn
 
+    def session_id(self, conn):
+        # From the server's handshake (both drivers).
+        return conn.thread_id()
+
     def open_load(self):
         conn = self.connect()
         return conn, conn.cursor()

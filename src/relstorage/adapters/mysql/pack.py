@@ -1,136 +1,163 @@
-"""The SQL of packing for MySQL (the packer role).
+"""The SQL of packing for MySQL and MariaDB (the packer role).
 
-The helper tables are TEMPORARY tables of the pack's own session.  Before
-8.0.21 MySQL cannot turn ``[NOT] IN (SELECT ...)`` or ``[NOT] EXISTS`` in a
-single-table DELETE into a semi-join (MySQL reference manual, "Optimizing
-IN and EXISTS Subquery Predicates with Semijoin Transformations"): the
-sub-query runs once per row of the table being deleted from.  So every
-delete here is a multi-table DELETE joined against the helper tables, or
-takes an IN list of constants.  (Only MariaDB 10.11 was at hand to test;
-the statements are the forms both servers plan well.)
+Before 8.0.21 MySQL cannot turn ``[NOT] IN (SELECT ...)`` or ``[NOT]
+EXISTS`` in a single-table DELETE into a semi-join (MySQL reference
+manual, "Optimizing IN and EXISTS Subquery Predicates with Semijoin
+Transformations"): the sub-query runs once per row of the table being
+deleted from.  So every delete here is a multi-table DELETE joined against
+the pack tables, or takes an IN list of constants (written out, as the
+object mover's are).  Keyset pages use ``a > x OR (a = x AND b > y)``
+rather than a row comparison, which MariaDB 10.11 does not turn into an
+index range.  The pack runs READ COMMITTED (begin_write), so its deletes
+take no gap locks that an insert of a new object could wait for.  The
+pack lock is a GET_LOCK named after the database, which the server
+releases when the pack's session ends.  (Only MariaDB 10.11 was at hand
+to test.)
 """
+from relstorage.adapters.pack import HistoryFreeMixin
+from relstorage.adapters.pack import HistoryPreservingMixin
 from relstorage.adapters.pack import Packer
+
+from .objects import in_list
+
+#: Rows per multi-row INSERT of references.
+_REFS_PER_INSERT = 2000
 
 
 class _MySQLPacker(Packer):
 
     PARAM = '%s'
-    CREATE_HELPERS = (
-        """CREATE TEMPORARY TABLE IF NOT EXISTS pack_object (
-               zoid        BIGINT NOT NULL PRIMARY KEY,
-               keep_tid    BIGINT NOT NULL,
-               keep_null   BOOLEAN NOT NULL,
-               has_older   BOOLEAN NOT NULL
-           ) ENGINE = InnoDB""",
-        """CREATE TEMPORARY TABLE IF NOT EXISTS pack_ref (
-               zoid        BIGINT NOT NULL,
-               to_zoid     BIGINT NOT NULL,
-               KEY (zoid)
-           ) ENGINE = InnoDB""",
-        """CREATE TEMPORARY TABLE IF NOT EXISTS pack_garbage (
-               zoid        BIGINT NOT NULL PRIMARY KEY
-           ) ENGINE = InnoDB""",
-    )
-    CLEAR_HELPERS = (
-        'DELETE FROM pack_object',
-        'DELETE FROM pack_ref',
-        'DELETE FROM pack_garbage',
-    )
-    KEPT_STATES = """
-        SELECT p.zoid, o.state
-        FROM pack_object p
-        JOIN object_state o ON o.zoid = p.zoid AND o.tid = p.keep_tid
-        WHERE p.zoid > %s AND o.state IS NOT NULL
-        ORDER BY p.zoid
-        LIMIT %s"""
-    NEWER_STATES = """
+    SCAN_PAGE = """
         SELECT zoid, tid, state FROM object_state
-        WHERE tid > %s AND (zoid > %s OR (zoid = %s AND tid > %s))
+        WHERE (zoid > ? OR (zoid = ? AND tid > ?)) AND tid <= ?
         ORDER BY zoid, tid
-        LIMIT %s"""
-    ADD_REF = 'INSERT INTO pack_ref (zoid, to_zoid) VALUES (%s, %s)'
-    REFS_OF = 'SELECT to_zoid FROM pack_ref WHERE zoid IN ({in_list})'
-    PACK_OIDS = """
-        SELECT zoid, keep_null FROM pack_object
-        WHERE zoid > %s
-        ORDER BY zoid
-        LIMIT %s"""
-    ADD_GARBAGE = 'INSERT IGNORE INTO pack_garbage (zoid) VALUES (%s)'
-    GARBAGE = """
-        SELECT zoid FROM pack_garbage
-        WHERE zoid > %s
-        ORDER BY zoid
-        LIMIT %s"""
-
+        LIMIT ?"""
+    # TRUNCATE, not DELETE: InnoDB deletes row by row with undo records
+    # (a million rows of pack_object took seconds).  It commits the
+    # transaction it is in (DDL), so the pipeline only empties these tables
+    # first in a transaction, or last.
+    CLEAR_RUN = (
+        'TRUNCATE pack_run',
+        'TRUNCATE pack_object',
+        'TRUNCATE pack_reached',
+    )
+    CLEAR_REFS = 'TRUNCATE object_ref'
+    # InnoDB lists read-only snapshots too (trx_is_read_only); trx_started
+    # has whole seconds (the caller allows for that).
+    OLDEST_TRANSACTION = """
+        SELECT UNIX_TIMESTAMP(MIN(t.trx_started))
+        FROM information_schema.innodb_trx t
+        JOIN information_schema.processlist p
+          ON p.id = t.trx_mysql_thread_id
+        WHERE p.db = DATABASE() AND t.trx_mysql_thread_id <> CONNECTION_ID()
+          AND t.trx_mysql_thread_id NOT IN ({in_list})"""
     def _in(self, values):
-        return ', '.join(['%s'] * len(values))
+        return in_list(values), []
+
+    def try_lock(self, conn, cursor):
+        cursor.execute(
+            "SELECT GET_LOCK(CONCAT('relstorage.pack.', DATABASE()), 0)")
+        if cursor.fetchone()[0] != 1:
+            return None
+
+        def release():
+            cursor.execute(
+                "SELECT RELEASE_LOCK(CONCAT('relstorage.pack.', DATABASE()))")
+        return release
+
+    def oldest_transaction(self, cursor):
+        own = in_list(sorted(self.connmanager.sessions or ())) or '0'
+        cursor.execute(self.OLDEST_TRANSACTION.format(in_list=own))
+        started = cursor.fetchone()[0]
+        if started is None:
+            return None
+        # trx_started has whole seconds.  Taken as the end of its second:
+        # rounding down would move every pack to "now" back by up to a
+        # second whenever any client has a snapshot open (ZODB opens one
+        # as each transaction ends), and leave what the last second
+        # removed; the price is a window of under a second in which a
+        # transaction that began just before a removal is taken to have
+        # begun after it (docs/operations.rst).
+        return float(started) + 0.999
+
+    def scan_page(self, cursor, scan_tid, zoid, tid, limit):
+        self._run(cursor, self.SCAN_PAGE, (zoid, zoid, tid, scan_tid, limit))
+        return self._states(cursor)
+
+    def add_refs(self, cursor, refs):
+        # Written out: three ints a row (see objects.in_list).
+        for start in range(0, len(refs), _REFS_PER_INSERT):
+            values = ','.join(
+                '(%d,%d,%d)' % row
+                for row in refs[start:start + _REFS_PER_INSERT])
+            cursor.execute(
+                'INSERT INTO object_ref (zoid, tid, to_zoid) VALUES ' + values)
+
+    def lock_garbage(self, cursor, zoids, pack_tid):
+        # Lock (never waiting: SKIP LOCKED, MariaDB 10.6+ and MySQL 8) the
+        # rows committers lock at vote; a locked one is being written, so
+        # it is not garbage.
+        in_text, _ = self._in(zoids)
+        cursor.execute(self.LOCK_GARBAGE.format(in_list=in_text))
+        return [row[0] for row in cursor.fetchall()]
 
     def delete_garbage(self, cursor, zoids, pack_tid):
-        # Lock (never waiting) the rows committers lock at vote, then
-        # delete them one key at a time.  We hold the commit lock here, and
-        # a committer that holds row locks from its vote waits for it: so
-        # this must not wait for any row.  A DELETE with a long IN list is
-        # planned by InnoDB as a scan of the primary key on small tables
-        # (even with FORCE INDEX), and a locking scan waits for every
-        # locked row it passes: a deadlock, seen with ZODB's
-        # PackLotsWhileWriting test on MariaDB 10.11 (SHOW ENGINE INNODB
-        # STATUS showed the DELETE waiting for a row outside its IN list).
-        # An equality on the key is always a lookup.
-        cursor.execute(self.LOCK_GARBAGE.format(in_list=self._in(zoids)),
-                       list(zoids) + [pack_tid])
-        locked = [row[0] for row in cursor.fetchall()]
-        for stmt in self.DELETE_GARBAGE:
-            cursor.executemany(stmt, [(zoid, pack_tid) for zoid in locked])
+        zoids = self.lock_garbage(cursor, zoids, pack_tid)
+        if zoids:
+            in_text, _ = self._in(zoids)
+            for statement in self.DELETE_GARBAGE:
+                cursor.execute(statement.format(in_list=in_text), (pack_tid,))
+        return len(zoids)
 
     def delete_old_revisions(self, cursor, rows):
-        if self.DELETE_OLD is not None and rows:
-            zoids = [zoid for zoid, _ in rows]
-            for stmt in (self.DELETE_OLD, self.DELETE_OLD_BLOBS):
-                cursor.execute(stmt.format(in_list=self._in(zoids)), zoids)
+        if rows:
+            in_text, _ = self._in([zoid for zoid, _ in rows])
+            for statement in self.DELETE_OLD:
+                cursor.execute(statement.format(in_list=in_text))
+
+    def reclaim_space(self, connmanager):
+        conn = connmanager.connect()
+        try:
+            cursor = conn.cursor()
+            # InnoDB rebuilds each table (ALTER TABLE ... FORCE) online:
+            # writers go on, but the rebuild needs room for a second copy.
+            tables = ('object_state', 'object_ref', 'object_blob',
+                      'blob_chunk', 'transaction_log')
+            if self.keep_history:
+                tables += ('current_object',)
+            cursor.execute('OPTIMIZE TABLE ' + ', '.join(tables))
+            cursor.fetchall()
+        finally:
+            connmanager.close(conn, None)
+        return 'OPTIMIZE TABLE'
 
 
-class HistoryPreservingPacker(_MySQLPacker):
+# Old revisions: joined with pack_object for each object's keep_tid.
+_DELETE_OLD = """
+    DELETE o FROM {table} o
+    JOIN pack_object p ON p.zoid = o.zoid
+    WHERE p.zoid IN ({{in_list}}) AND o.tid < p.keep_tid"""
 
-    # SKIP LOCKED: MariaDB 10.6+ and MySQL 8.
+
+class HistoryPreservingPacker(HistoryPreservingMixin, _MySQLPacker):
+
     LOCK_GARBAGE = """
         SELECT zoid FROM current_object
-        WHERE zoid IN ({in_list}) AND tid <= %s
+        WHERE zoid IN ({in_list})
         FOR UPDATE SKIP LOCKED"""
-
-    FILL = """
-        INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
-        SELECT o.zoid, o.tid, o.state IS NULL, k.revisions > 1
-        FROM (SELECT zoid, MAX(tid) AS tid, COUNT(*) AS revisions
-              FROM object_state
-              WHERE tid <= %s
-              GROUP BY zoid) k
-        JOIN object_state o ON o.zoid = k.zoid AND o.tid = k.tid"""
     DELETE_GARBAGE = (
-        'DELETE FROM object_state WHERE zoid = %s AND tid <= %s',
-        'DELETE FROM object_blob WHERE zoid = %s AND tid <= %s',
-        # The object's current revision is at or before the pack tid and
-        # no revision is left: it is gone.  (A join, not NOT EXISTS.)
+        'DELETE FROM object_state WHERE zoid IN ({in_list}) AND tid <= %s',
+        'DELETE FROM object_ref WHERE zoid IN ({in_list}) AND tid <= %s',
+        'DELETE FROM object_blob WHERE zoid IN ({in_list}) AND tid <= %s',
+        # The current revision is at or before the pack tid and no revision
+        # is left: the object is gone.  (A join, not NOT EXISTS.)
         """DELETE c FROM current_object c
            LEFT JOIN object_state o ON o.zoid = c.zoid
-           WHERE c.zoid = %s AND c.tid <= %s AND o.zoid IS NULL""",
+           WHERE c.zoid IN ({in_list}) AND c.tid <= %s AND o.zoid IS NULL""",
     )
-    OLD_REVISIONS = """
-        SELECT p.zoid, p.keep_tid
-        FROM pack_object p
-        LEFT JOIN pack_garbage g ON g.zoid = p.zoid
-        WHERE p.zoid > %s AND p.has_older AND g.zoid IS NULL
-        ORDER BY p.zoid
-        LIMIT %s"""
-    DELETE_OLD = """
-        DELETE o FROM object_state o
-        JOIN pack_object p ON p.zoid = o.zoid
-        WHERE p.zoid IN ({in_list}) AND o.tid < p.keep_tid"""
-    DELETE_OLD_BLOBS = """
-        DELETE b FROM object_blob b
-        JOIN pack_object p ON p.zoid = b.zoid
-        WHERE p.zoid IN ({in_list}) AND b.tid < p.keep_tid"""
+    DELETE_OLD = tuple(_DELETE_OLD.format(table=table) for table in (
+        'object_state', 'object_ref', 'object_blob'))
     FINISH = (
-        'UPDATE transaction_log SET packed = TRUE WHERE tid <= %s AND NOT packed',
         """DELETE t FROM transaction_log t
            LEFT JOIN object_state o ON o.tid = t.tid
            WHERE t.tid <= %s AND o.tid IS NULL""",
@@ -140,21 +167,14 @@ class HistoryPreservingPacker(_MySQLPacker):
     )
 
 
-class HistoryFreePacker(_MySQLPacker):
+class HistoryFreePacker(HistoryFreeMixin, _MySQLPacker):
 
     LOCK_GARBAGE = """
         SELECT zoid FROM object_state
-        WHERE zoid IN ({in_list}) AND tid <= %s
+        WHERE zoid IN ({in_list})
         FOR UPDATE SKIP LOCKED"""
-
-    FILL = """
-        INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
-        SELECT zoid, tid, state IS NULL, FALSE
-        FROM object_state
-        WHERE tid <= %s"""
-    # The rows are locked and at or before the pack tid (LOCK_GARBAGE).
-    # The rows are locked and at or before the pack tid (LOCK_GARBAGE).
     DELETE_GARBAGE = (
-        'DELETE FROM object_state WHERE zoid = %s AND tid <= %s',
-        'DELETE FROM object_blob WHERE zoid = %s AND tid <= %s',
+        'DELETE FROM object_state WHERE zoid IN ({in_list}) AND tid <= %s',
+        'DELETE FROM object_ref WHERE zoid IN ({in_list}) AND tid <= %s',
+        'DELETE FROM object_blob WHERE zoid IN ({in_list}) AND tid <= %s',
     )

@@ -2,16 +2,17 @@
 import contextlib
 import os
 
+from relstorage.adapters.schema import PACK_TABLES
 from relstorage.adapters.schema import Schema
 from relstorage.errors import CommitLockTimeoutError
 
 TABLES = ('schema_version', 'commit_row', 'new_oid', 'transaction_log',
           'object_state', 'superseded_state', 'current_object',
-          'blob_chunk', 'object_blob')
+          'blob_chunk', 'object_blob') + PACK_TABLES
 
 #: The tables that hold data (zap_all empties them).
 DATA_TABLES = ('object_state', 'superseded_state', 'current_object',
-               'transaction_log', 'object_blob', 'blob_chunk')
+               'transaction_log', 'object_blob', 'blob_chunk') + PACK_TABLES
 
 
 class MySQLSchema(Schema):

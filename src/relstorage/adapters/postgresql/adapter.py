@@ -28,6 +28,7 @@ class PostgreSQLCapabilities:
     multiple_processes = True
     tids_from_local_clock = False
     network_round_trips = True
+    lists_open_transactions = True
 
 
 @implementer(IAdapter)
@@ -66,7 +67,7 @@ class PostgreSQLAdapter(Adapter):
                 transactions.HistoryPreservingTransactionControl(
                     driver, objects.HistoryPreservingMover.MOVE_STAGED))
             self.history = history.HistoryPreservingHistory()
-            self.packer = pack.HistoryPreservingPacker(driver)
+            self.packer = pack.HistoryPreservingPacker(cm)
         else:
             self.locker = locks.HistoryFreeLocker(cm)
             self.mover = objects.HistoryFreeMover(driver)
@@ -74,7 +75,7 @@ class PostgreSQLAdapter(Adapter):
             self.txncontrol = transactions.HistoryFreeTransactionControl(
                 driver, objects.HistoryFreeMover.MOVE_STAGED)
             self.history = history.HistoryFreeHistory()
-            self.packer = pack.HistoryFreePacker(driver)
+            self.packer = pack.HistoryFreePacker(cm)
         cm.prepared = self.mover.prepared() + self.poller.prepared()
         cm.store_setup = list(self.txncontrol.session_setup)
 

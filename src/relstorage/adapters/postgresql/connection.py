@@ -80,6 +80,10 @@ class PostgreSQLConnectionManager(ConnectionManager):
                        or 'too many clients' in str(e)),
             self._description)
 
+    def session_id(self, conn):
+        # libpq knows it (both drivers' conn.info.backend_pid).
+        return conn.info.backend_pid
+
     def open_load(self):
         conn = self.connect()
         cursor = conn.cursor()

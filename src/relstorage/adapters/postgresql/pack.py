@@ -1,105 +1,122 @@
 """The SQL of packing for PostgreSQL (the packer role).
 
-The helper tables are TEMP tables of the pack's own session.  Deletions
-take whole batches as arrays, and references reach pack_ref by COPY, so a
-batch is one round trip, not one per object.
+pack_run, pack_object and pack_reached are UNLOGGED (migration 0003): a
+pack's analysis is not worth the WAL, and a crash empties all three
+together, which the pack reads as "no analysis" and starts again.
+References reach object_ref by binary COPY; lists of zoids travel as
+arrays, so a batch is one statement whatever its size.  The pack lock is
+a session advisory lock, which the server releases when the pack's
+session ends, however it ends.
 """
+from relstorage.adapters.pack import HistoryFreeMixin
+from relstorage.adapters.pack import HistoryPreservingMixin
 from relstorage.adapters.pack import Packer
+
+#: The advisory lock key of packing (an arbitrary constant, 'RSPACK').
+PACK_LOCK = 0x5253_5041_434b
 
 
 class _PostgreSQLPacker(Packer):
 
     PARAM = '%s'
-    CREATE_HELPERS = (
-        """CREATE TEMP TABLE IF NOT EXISTS pack_object (
-               zoid        BIGINT PRIMARY KEY,
-               keep_tid    BIGINT NOT NULL,
-               keep_null   BOOLEAN NOT NULL,
-               has_older   BOOLEAN NOT NULL
-           )""",
-        """CREATE TEMP TABLE IF NOT EXISTS pack_ref (
-               zoid        BIGINT NOT NULL,
-               to_zoid     BIGINT NOT NULL
-           )""",
-        'CREATE INDEX IF NOT EXISTS pack_ref_zoid ON pack_ref (zoid)',
-        """CREATE TEMP TABLE IF NOT EXISTS pack_garbage (
-               zoid        BIGINT PRIMARY KEY
-           )""",
-    )
-    CLEAR_HELPERS = ('TRUNCATE pack_object, pack_ref, pack_garbage',)
-    KEPT_STATES = """
-        SELECT p.zoid, o.state
+    CLEAR_REFS = 'TRUNCATE object_ref'
+    CLEAR_RUN = ('TRUNCATE pack_run, pack_object, pack_reached',)
+    DROP_REFS = 'DELETE FROM object_ref WHERE zoid = ANY(%s)'
+    RESCUE = """
+        INSERT INTO pack_reached (zoid, depth)
+        SELECT p.zoid, %s
         FROM pack_object p
-        JOIN object_state o ON o.zoid = p.zoid AND o.tid = p.keep_tid
-        WHERE p.zoid > %s AND o.state IS NOT NULL
-        ORDER BY p.zoid
-        LIMIT %s"""
-    NEWER_STATES = """
-        SELECT zoid, tid, state FROM object_state
-        WHERE tid > %s AND (zoid > %s OR (zoid = %s AND tid > %s))
-        ORDER BY zoid, tid
-        LIMIT %s"""
-    REFS_OF = 'SELECT to_zoid FROM pack_ref WHERE zoid = ANY(%s)'
-    PACK_OIDS = """
-        SELECT zoid, keep_null FROM pack_object
-        WHERE zoid > %s
-        ORDER BY zoid
-        LIMIT %s"""
-    ADD_GARBAGE = """
-        INSERT INTO pack_garbage (zoid) SELECT unnest(%s::bigint[])
-        ON CONFLICT DO NOTHING"""
-    GARBAGE = """
-        SELECT zoid FROM pack_garbage
-        WHERE zoid > %s
-        ORDER BY zoid
-        LIMIT %s"""
+        LEFT JOIN pack_reached x ON x.zoid = p.zoid
+        WHERE p.zoid = ANY(%s) AND x.zoid IS NULL"""
+    # Sessions of other clients of this database inside a transaction
+    # (pg_stat_activity shows xact_start to superusers, the session's own
+    # role and members of pg_read_all_stats; for other roles' sessions it
+    # is NULL, and they are not seen).
+    OLDEST_TRANSACTION = """
+        SELECT EXTRACT(EPOCH FROM MIN(xact_start))
+        FROM pg_stat_activity
+        WHERE datname = current_database()
+          AND pid <> pg_backend_pid()
+          AND NOT (pid = ANY(%s))
+          AND backend_type = 'client backend'
+          AND xact_start IS NOT NULL"""
 
-    def __init__(self, driver):
-        self.driver = driver
+    def try_lock(self, conn, cursor):
+        cursor.execute('SELECT pg_try_advisory_lock(%s)', (PACK_LOCK,))
+        if not cursor.fetchone()[0]:
+            return None
+
+        def release():
+            cursor.execute('SELECT pg_advisory_unlock(%s)', (PACK_LOCK,))
+        return release
+
+    def oldest_transaction(self, cursor):
+        cursor.execute(self.OLDEST_TRANSACTION,
+                       (list(self.connmanager.sessions or ()),))
+        started = cursor.fetchone()[0]
+        return None if started is None else float(started)
+
+    def drop_refs(self, cursor, zoids):
+        if zoids:
+            cursor.execute(self.DROP_REFS, (list(zoids),))
 
     def add_refs(self, cursor, refs):
         if refs:
-            self.driver.copy_in(cursor, 'pack_ref', ('zoid', 'to_zoid'), refs)
+            self.connmanager.driver.copy_in(
+                cursor, 'object_ref', ('zoid', 'tid', 'to_zoid'), refs)
 
-    def refs_of(self, cursor, zoids):
-        cursor.execute(self.REFS_OF, (list(zoids),))
+    def rescue(self, cursor, zoids, depth):
+        if not zoids:
+            return 0
+        cursor.execute(self.RESCUE, (depth, list(set(zoids))))
+        return cursor.rowcount
+
+    def lock_garbage(self, cursor, zoids, pack_tid):
+        cursor.execute(self.LOCK_GARBAGE, (list(zoids),))
         return [row[0] for row in cursor.fetchall()]
 
-    def add_garbage(self, cursor, zoids):
-        if zoids:
-            cursor.execute(self.ADD_GARBAGE, (list(zoids),))
-
     def delete_garbage(self, cursor, zoids, pack_tid):
-        cursor.execute(self.LOCK_GARBAGE, (list(zoids),))
-        zoids = [row[0] for row in cursor.fetchall()]
-        if not zoids:
-            return
-        for stmt in self.DELETE_GARBAGE:
-            cursor.execute(stmt, (zoids, pack_tid))
+        zoids = self.lock_garbage(cursor, zoids, pack_tid)
+        if zoids:
+            for statement in self.DELETE_GARBAGE:
+                cursor.execute(statement, (zoids, pack_tid))
+        return len(zoids)
 
     def delete_old_revisions(self, cursor, rows):
-        if self.DELETE_OLD is not None and rows:
+        if rows:
             params = ([zoid for zoid, _ in rows], [tid for _, tid in rows])
-            cursor.execute(self.DELETE_OLD, params)
-            cursor.execute(self.DELETE_OLD_BLOBS, params)
+            for statement in self.DELETE_OLD:
+                cursor.execute(statement, params)
+
+    def reclaim_space(self, connmanager):
+        conn = connmanager.connect()
+        try:
+            # Outside a transaction (autocommit).  Plain VACUUM marks the
+            # space of removed rows reusable without locking out writers;
+            # VACUUM FULL would give it back to the file system but holds
+            # an exclusive lock on each table while it rewrites it.
+            cursor = conn.cursor()
+            cursor.execute('VACUUM (ANALYZE)')
+        finally:
+            connmanager.close(conn, None)
+        return 'VACUUM (ANALYZE)'
 
 
-class HistoryPreservingPacker(_PostgreSQLPacker):
+# Deletions in batches, arrays of zoids and (zoid, keep_tid) pairs.
+_DELETE_OLD = """
+    DELETE FROM {table} o
+    USING unnest(%s::bigint[], %s::bigint[]) AS k(zoid, keep_tid)
+    WHERE o.zoid = k.zoid AND o.tid < k.keep_tid"""
+
+
+class HistoryPreservingPacker(HistoryPreservingMixin, _PostgreSQLPacker):
 
     LOCK_GARBAGE = """
         SELECT zoid FROM current_object WHERE zoid = ANY(%s)
         FOR UPDATE SKIP LOCKED"""
-
-    FILL = """
-        INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
-        SELECT o.zoid, o.tid, o.state IS NULL, k.revisions > 1
-        FROM (SELECT zoid, MAX(tid) AS tid, COUNT(*) AS revisions
-              FROM object_state
-              WHERE tid <= %s
-              GROUP BY zoid) k
-        JOIN object_state o ON o.zoid = k.zoid AND o.tid = k.tid"""
     DELETE_GARBAGE = (
         'DELETE FROM object_state WHERE zoid = ANY(%s) AND tid <= %s',
+        'DELETE FROM object_ref WHERE zoid = ANY(%s) AND tid <= %s',
         'DELETE FROM object_blob WHERE zoid = ANY(%s) AND tid <= %s',
         # Its current revision is at or before the pack tid, and no
         # revision is left: the object is gone.
@@ -108,46 +125,17 @@ class HistoryPreservingPacker(_PostgreSQLPacker):
              AND NOT EXISTS (SELECT 1 FROM object_state o
                              WHERE o.zoid = c.zoid)""",
     )
-    OLD_REVISIONS = """
-        SELECT p.zoid, p.keep_tid
-        FROM pack_object p
-        LEFT JOIN pack_garbage g ON g.zoid = p.zoid
-        WHERE p.zoid > %s AND p.has_older AND g.zoid IS NULL
-        ORDER BY p.zoid
-        LIMIT %s"""
-    DELETE_OLD = """
-        DELETE FROM object_state o
-        USING unnest(%s::bigint[], %s::bigint[]) AS k(zoid, keep_tid)
-        WHERE o.zoid = k.zoid AND o.tid < k.keep_tid"""
-    DELETE_OLD_BLOBS = """
-        DELETE FROM object_blob b
-        USING unnest(%s::bigint[], %s::bigint[]) AS k(zoid, keep_tid)
-        WHERE b.zoid = k.zoid AND b.tid < k.keep_tid"""
-    FINISH = (
-        'UPDATE transaction_log SET packed = TRUE WHERE tid <= %s AND NOT packed',
-        """DELETE FROM transaction_log t
-           WHERE t.tid <= %s
-             AND NOT EXISTS (SELECT 1 FROM object_state o
-                             WHERE o.tid = t.tid)""",
-        """DELETE FROM superseded_state s
-           WHERE s.tid <= %s
-             AND NOT EXISTS (SELECT 1 FROM object_state o
-                             WHERE o.zoid = s.zoid AND o.tid = s.tid)""",
-    )
+    DELETE_OLD = tuple(_DELETE_OLD.format(table=table) for table in (
+        'object_state', 'object_ref', 'object_blob'))
 
 
-class HistoryFreePacker(_PostgreSQLPacker):
+class HistoryFreePacker(HistoryFreeMixin, _PostgreSQLPacker):
 
     LOCK_GARBAGE = """
         SELECT zoid FROM object_state WHERE zoid = ANY(%s)
         FOR UPDATE SKIP LOCKED"""
-
-    FILL = """
-        INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
-        SELECT zoid, tid, state IS NULL, FALSE
-        FROM object_state
-        WHERE tid <= %s"""
     DELETE_GARBAGE = (
         'DELETE FROM object_state WHERE zoid = ANY(%s) AND tid <= %s',
+        'DELETE FROM object_ref WHERE zoid = ANY(%s) AND tid <= %s',
         'DELETE FROM object_blob WHERE zoid = ANY(%s) AND tid <= %s',
     )

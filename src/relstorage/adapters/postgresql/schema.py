@@ -2,14 +2,16 @@
 import contextlib
 import os
 
+from relstorage.adapters.schema import PACK_TABLES
 from relstorage.adapters.schema import Schema
 
 TABLES = ('schema_version', 'commit_row', 'transaction_log', 'object_state',
-          'superseded_state', 'current_object', 'blob_chunk', 'object_blob')
+          'superseded_state', 'current_object', 'blob_chunk',
+          'object_blob') + PACK_TABLES
 
 #: The tables that hold data (zap_all empties them).
 DATA_TABLES = ('object_state', 'superseded_state', 'current_object',
-               'transaction_log', 'object_blob', 'blob_chunk')
+               'transaction_log', 'object_blob', 'blob_chunk') + PACK_TABLES
 
 #: The advisory lock (an arbitrary constant) that serialises processes
 #: creating the schema at the same time.

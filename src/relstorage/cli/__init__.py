@@ -1,0 +1,135 @@
+"""What relstorage's console scripts share: loading storages from a ZConfig
+file, logging, progress on a terminal, and exit statuses.
+
+The scripts stay thin: they parse their arguments, open storages with
+``open_storages`` and call the library.  Bad input (a file that cannot be
+read, a section that is not a storage, a bad argument) ends with one line
+on standard error and exit status 2 (``BadInput``), as argparse does.
+"""
+import io
+import logging
+import sys
+import time
+
+import ZConfig
+
+from relstorage.pack import Progress
+
+#: Exit statuses.
+OK, FAILED, BAD_INPUT, STOPPED = 0, 1, 2, 130
+
+_SCHEMA = """
+<schema>
+  <import package="ZODB"/>
+  <import package="relstorage"/>
+  <multisection type="ZODB.storage" attribute="storages" name="*"/>
+</schema>
+"""
+
+
+class BadInput(Exception):
+    """The user's input cannot be used; the message says why."""
+
+
+def load_storage_configs(path):
+    """The storage sections of the ZConfig file ``path``: a list of
+    section values, each with ``open()``.  Raises BadInput."""
+    try:
+        with open(path, encoding='utf-8') as f:
+            text = f.read()
+    except OSError as e:
+        raise BadInput(f'cannot read {path}: {e.strerror}') from None
+    except UnicodeDecodeError as e:
+        raise BadInput(f'{path} is not a text file: {e}') from None
+    schema = ZConfig.loadSchemaFile(io.StringIO(_SCHEMA))
+    try:
+        config, _ = ZConfig.loadConfigFile(schema, io.StringIO(text), path)
+    except ZConfig.ConfigurationError as e:
+        raise BadInput(f'{path}: {_one_line(e)}') from None
+    if not config.storages:
+        raise BadInput(f'{path} has no storage section (such as '
+                       f'<relstorage> or <filestorage>)')
+    return config.storages
+
+
+def _one_line(error):
+    return ' '.join(str(error).split())
+
+
+def storage_name(config):
+    """How messages name a storage section: ``name (type)``."""
+    section = getattr(config, 'config', None)
+    kind = section.getSectionType() if hasattr(
+        section, 'getSectionType') else type(config).__name__
+    return f'{getattr(config, "name", None) or "storage"} ({kind})'
+
+
+def find_relstorage(storage):
+    """The RelStorage under ``storage`` (which may wrap it, as
+    zc.zlibstorage does, in ``base``), or None."""
+    from relstorage.storage import RelStorage
+    seen = 0
+    while storage is not None and seen < 10:
+        if isinstance(storage, RelStorage):
+            return storage
+        storage = getattr(storage, 'base', None)
+        seen += 1
+    return None
+
+
+def setup_logging(program, quiet=False):
+    """INFO (WARNING with ``quiet``) to standard error, with time stamps."""
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO,
+        format='%(asctime)s [%(name)s] %(levelname)s %(message)s',
+        stream=sys.stderr)
+    return logging.getLogger(program)
+
+
+class TerminalProgress(Progress):
+    """Progress that also keeps one live line on a terminal (counts, rate,
+    time left), and that can be asked to stop (``request_stop``)."""
+
+    #: Seconds between redraws of the live line.
+    REDRAW = 0.2
+
+    def __init__(self, stream=None):
+        super().__init__()
+        self.stream = stream or sys.stderr
+        self.live = bool(getattr(self.stream, 'isatty', lambda: False)())
+        self._stop = False
+        self._drawn = 0.0
+
+    def request_stop(self):
+        self._stop = True
+
+    def stop_requested(self):
+        return self._stop
+
+    def _clear(self):
+        if self.live:
+            self.stream.write('\r\x1b[K')
+            self.stream.flush()
+
+    def phase(self, what, total=None, started=None):
+        self._clear()
+        super().phase(what, total, started)
+        self._drawn = 0.0       # draw at the phase's first count
+
+    def add(self, count):
+        if not self.live:
+            return super().add(count)
+        self.done += count
+        now = time.monotonic()
+        if now - self._drawn >= self.REDRAW:
+            self._drawn = now
+            self.stream.write(f'\r\x1b[K  {self.what}: {self.describe(now)}')
+            self.stream.flush()
+
+    def end_phase(self):
+        self._clear()
+        super().end_phase()
+
+    def note(self, message, *args):
+        self._clear()
+        super().note(message, *args)
