@@ -90,7 +90,15 @@ class BlobMover:
         if row is None:
             return None
         blob_id, size = row
-        written = num = 0
+        written = self.read_chunks(cursor, blob_id, size, out)
+        if written != size:
+            raise incomplete(oid, tid, blob_id, written, size)
+        return size
+
+    def read_chunks(self, cursor, blob_id, size, out, num=0, written=0):
+        """Append the chunks of ``blob_id`` from chunk ``num`` on (with
+        ``written`` bytes before it) to ``out``, one statement each;
+        returns the bytes written in all."""
         while written < size:
             cursor.execute(self.CHUNK, (blob_id, num))
             found = cursor.fetchone()
@@ -100,9 +108,7 @@ class BlobMover:
             out.write(data)
             written += len(data)
             num += 1
-        if written != size:
-            raise incomplete(oid, tid, blob_id, written, size)
-        return size
+        return written
 
     def copy(self, cursor, oid, tid, blob_id):
         row = self.blob_of(cursor, oid, tid)

@@ -72,12 +72,14 @@ class DatabaseBlobs(BlobDirectory):
     def open(self, storage, oid, tid, opener):
         """``opener(path)`` of the cached blob, held so that no trim removes
         it while it is open."""
+        path = self.path(oid, tid)
         for _ in range(OPEN_ATTEMPTS):
-            path = self.load(storage, oid, tid)
             try:
                 file = opener(path)
             except FileNotFoundError:
-                continue        # trimmed between load and open
+                # Not cached (or trimmed just now): download, open again.
+                self._download(storage, oid, tid, path)
+                continue
             if cache.hold(file, path):
                 return file
             file.close()

@@ -61,7 +61,7 @@ class MySQLAdapter(Adapter):
             self.driver, self._params, options.commit_lock_timeout)
         self.schema = MySQLSchema(cm, hp)
         self.oids = MySQLOIDAllocator()
-        self.blobs = MySQLBlobMover()
+        self.blobs = MySQLBlobMover(cm)
         if hp:
             self.locker = locks.HistoryPreservingLocker(cm)
             self.mover = objects.HistoryPreservingMover(cm)
