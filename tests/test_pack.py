@@ -32,8 +32,8 @@ class Recorder(Progress):
         self.stop_after = stop_after
         self._steps = 0
 
-    def phase(self, what, total=None):
-        super().phase(what, total)
+    def phase(self, what, total=None, started=None):
+        super().phase(what, total, started)
         self.phases[what] = [total, 0]
 
     def add(self, count):
@@ -505,11 +505,28 @@ def test_writers_keep_committing_and_lose_nothing_during_a_pack(
         for n in range(2)]
     for writer in writers:
         writer.start()
+
+    class WaitForWriters(Progress):
+        # At the first deletion batch: let the writers commit a few times
+        # (so that commits certainly happen between the analysis and the
+        # deletions, and between batches).
+        during = 0
+
+        def add(self, count):
+            super().add(count)
+            if self.what == GARBAGE and not self.during:
+                before = len(moves)
+                deadline = time.monotonic() + 30
+                while len(moves) < before + 3 and \
+                        time.monotonic() < deadline and not errors:
+                    time.sleep(0.01)
+                self.during = len(moves) - before
+
+    progress = WaitForWriters()
     try:
         time.sleep(0.2)
-        before = len(moves)
-        _pack(storage)
-        during = len(moves) - before
+        _pack(storage, progress=progress)
+        during = progress.during
     finally:
         stop.set()
         for writer in writers:

@@ -298,12 +298,12 @@ class _Session:
             return 0
         if state.scan_tid:
             rows = packer.scan_page(cursor, state.scan_tid, state.scan_zoid,
-                                    state.scan_rev, PAGE)
+                                    PAGE)
             if not rows:
                 state = RefsState(refs_tid=state.scan_tid, refs_zoid=ALL)
                 packer.set_refs_state(cursor, state)
                 return 0
-            state.scan_zoid, state.scan_rev = rows[-1][:2]
+            state.scan_zoid = rows[-1][0]
         else:
             rows = packer.tail_page(cursor, state.refs_tid, state.refs_zoid,
                                     PAGE)
@@ -313,19 +313,42 @@ class _Session:
                 # The newer revision replaced the one analysed before.
                 packer.drop_refs(cursor, [zoid for zoid, _, _ in rows])
             state.refs_zoid, state.refs_tid = rows[-1][:2]
-        referencesf = self.referencesf
-        refs = []
-        for zoid, tid, data in rows:
-            if data:
-                refs.extend((zoid, tid, to) for to in
-                            {u64(ref) for ref in referencesf(data)})
-        packer.add_refs(cursor, refs)
+        refs = self._record_refs(rows)
         if rescue and refs:
             depth = packer.max_depth(cursor) + 1
             if packer.rescue(cursor, [to for _, _, to in refs], depth):
                 self._walk(depth)
         packer.set_refs_state(cursor, state)
         return len(rows)
+
+    def _record_refs(self, rows):
+        """Store the references of the revisions ``rows`` (zoid, tid,
+        state); returns them as (zoid, tid, to_zoid)."""
+        referencesf = self.referencesf
+        refs = []
+        for zoid, tid, data in rows:
+            if data:
+                refs.extend((zoid, tid, to) for to in
+                            {u64(ref) for ref in referencesf(data)})
+        self.packer.add_refs(self.cursor, refs)
+        return refs
+
+    def _analyse_kept(self, pack_tid):
+        """Record the references of kept revisions that are no longer
+        current (objects changed after the pack tid), where none are
+        recorded."""
+        packer, cursor = self.packer, self.cursor
+        after = -1
+        while True:
+            self._check_stop()
+
+            def page():
+                rows = packer.kept_unanalysed(cursor, pack_tid, after, PAGE)
+                self._record_refs(rows)
+                return rows[-1][0] if rows else None
+            after = self.write(page)
+            if after is None:
+                return
 
     def _walk(self, depth, commit_steps=False):
         """Walk from the objects reached at ``depth``; each step in the
@@ -399,6 +422,7 @@ class _Session:
         progress.note('%s objects have revisions up to the pack time',
                       f'{objects:,}')
         if gc:
+            self._analyse_kept(pack_tid)
             progress.phase('objects reached from the root', objects)
             progress.add(self.write(lambda: packer.seed(cursor, pack_tid)))
             self._walk(0, commit_steps=True)

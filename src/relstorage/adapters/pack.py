@@ -94,28 +94,25 @@ class Packer:
            VALUES (0, ?, ?, ?, ?, ?)""",
     )
     CLEAR_REFS = 'DELETE FROM object_ref'
-    COUNT_UP_TO = 'SELECT COUNT(*) FROM object_state WHERE tid <= ?'
-    COUNT_AFTER = 'SELECT COUNT(*) FROM object_state WHERE tid > ?'
-    # A first analysis reads in key order: on a large table that is the
-    # order of the pages (InnoDB clusters by key), where tid order would
-    # be a random read per row.
-    SCAN_PAGE = """
-        SELECT zoid, tid, state FROM object_state
-        WHERE (zoid, tid) > (?, ?) AND tid <= ?
-        ORDER BY zoid, tid
-        LIMIT ?"""
-    # Later ones read what was written since, in tid order: the rest of
-    # one transaction, then the transactions after it.
-    TAIL_SAME = """
-        SELECT zoid, tid, state FROM object_state
-        WHERE tid = ? AND zoid > ?
-        ORDER BY zoid
-        LIMIT ?"""
-    TAIL_NEXT = """
-        SELECT zoid, tid, state FROM object_state
-        WHERE tid > ?
-        ORDER BY tid, zoid
-        LIMIT ?"""
+    # The references analysed are those of current revisions (and, at a
+    # pack, of the revisions it keeps that are no longer current): a
+    # revision a newer one replaced before any pack looked is removed by
+    # the next pack without being read.  Per history mode:
+    COUNT_UP_TO = None          # (tid,) -> current revisions up to tid
+    COUNT_AFTER = None          # (tid,) -> current revisions after tid
+    # A first analysis reads the current revisions in key order: on a large
+    # table that is the order of the pages (InnoDB clusters by key), where
+    # tid order would be a random read per row.  (zoid, scan_tid, limit)
+    SCAN_PAGE = None
+    # Later ones read what was written since, in tid order: the rest of one
+    # transaction (tid, zoid, limit), then the transactions after it
+    # (tid, limit).
+    TAIL_SAME = None
+    TAIL_NEXT = None
+    # Kept revisions that are no longer current and have no references
+    # recorded (history-preserving: objects changed after the pack tid).
+    # (pack_tid, after_zoid, limit) -> zoid, tid, state
+    KEPT_UNANALYSED = None
     DROP_REFS = 'DELETE FROM object_ref WHERE zoid IN ({in_list})'
     ADD_REF = 'INSERT INTO object_ref (zoid, tid, to_zoid) VALUES (?, ?, ?)'
 
@@ -146,14 +143,9 @@ class Packer:
            JOIN pack_object q ON q.zoid = r.to_zoid
            LEFT JOIN pack_reached x ON x.zoid = r.to_zoid
            WHERE r.tid > ? AND x.zoid IS NULL""",
-        # ... and the objects they are revisions of.
-        """INSERT INTO pack_reached (zoid, depth)
-           SELECT DISTINCT p.zoid, 0
-           FROM object_state o
-           JOIN pack_object p ON p.zoid = o.zoid
-           LEFT JOIN pack_reached x ON x.zoid = p.zoid
-           WHERE o.tid > ? AND x.zoid IS NULL""",
     )
+    # ... and the objects changed after the pack tid (per history mode).
+    SEED_CHANGED = None
     # One step of the walk: what the kept revisions of the last step's
     # objects refer to, not reached yet.  (depth + 1, depth)
     WALK_STEP = """
@@ -302,8 +294,14 @@ class Packer:
     def _states(self, cursor):
         return [(z, t, _bytes(s)) for z, t, s in cursor.fetchall()]
 
-    def scan_page(self, cursor, scan_tid, zoid, tid, limit):
-        self._run(cursor, self.SCAN_PAGE, (zoid, tid, scan_tid, limit))
+    def scan_page(self, cursor, scan_tid, zoid, limit):
+        self._run(cursor, self.SCAN_PAGE, (zoid, scan_tid, limit))
+        return self._states(cursor)
+
+    def kept_unanalysed(self, cursor, pack_tid, zoid, limit):
+        if self.KEPT_UNANALYSED is None:
+            return []
+        self._run(cursor, self.KEPT_UNANALYSED, (pack_tid, zoid, limit))
         return self._states(cursor)
 
     def tail_page(self, cursor, tid, zoid, limit):
@@ -349,7 +347,8 @@ class Packer:
         return self._value(cursor, self.COUNT_OBJECTS)
 
     def seed(self, cursor, pack_tid):
-        root, refs, objects = self.SEED
+        root, refs = self.SEED
+        objects = self.SEED_CHANGED
         count = max(self._run(cursor, root).rowcount, 0)
         count += max(self._run(cursor, refs, (pack_tid,)).rowcount, 0)
         count += max(self._run(cursor, objects, (pack_tid,)).rowcount, 0)
@@ -434,6 +433,52 @@ class HistoryPreservingMixin:
     """The statements that differ with history (portable forms)."""
 
     keep_history = True
+    COUNT_UP_TO = 'SELECT COUNT(*) FROM current_object WHERE tid <= ?'
+    COUNT_AFTER = 'SELECT COUNT(*) FROM current_object WHERE tid > ?'
+    # The page of current_object first, as a derived table: joined
+    # directly, PostgreSQL without fresh statistics sorted every remaining
+    # row for each page (187 ms a page of 2,000, against 4 ms).
+    SCAN_PAGE = """
+        SELECT c.zoid, c.tid, o.state
+        FROM (SELECT zoid, tid FROM current_object
+              WHERE zoid > ? AND tid <= ?
+              ORDER BY zoid
+              LIMIT ?) c
+        JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
+        ORDER BY c.zoid"""
+    TAIL_SAME = """
+        SELECT c.zoid, c.tid, o.state
+        FROM (SELECT zoid, tid FROM current_object
+              WHERE tid = ? AND zoid > ?
+              ORDER BY zoid
+              LIMIT ?) c
+        JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
+        ORDER BY c.zoid"""
+    TAIL_NEXT = """
+        SELECT c.zoid, c.tid, o.state
+        FROM (SELECT zoid, tid FROM current_object
+              WHERE tid > ?
+              ORDER BY tid, zoid
+              LIMIT ?) c
+        JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
+        ORDER BY c.tid, c.zoid"""
+    KEPT_UNANALYSED = """
+        SELECT p.zoid, p.keep_tid, o.state
+        FROM current_object c
+        JOIN pack_object p ON p.zoid = c.zoid
+        JOIN object_state o ON o.zoid = p.zoid AND o.tid = p.keep_tid
+        WHERE c.tid > ? AND p.zoid > ?
+          AND NOT EXISTS (SELECT 1 FROM object_ref r
+                          WHERE r.zoid = p.zoid AND r.tid = p.keep_tid)
+        ORDER BY p.zoid
+        LIMIT ?"""
+    SEED_CHANGED = """
+        INSERT INTO pack_reached (zoid, depth)
+        SELECT p.zoid, 0
+        FROM current_object c
+        JOIN pack_object p ON p.zoid = c.zoid
+        LEFT JOIN pack_reached x ON x.zoid = p.zoid
+        WHERE c.tid > ? AND x.zoid IS NULL"""
 
     FILL = """
         INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
@@ -462,6 +507,30 @@ class HistoryPreservingMixin:
 class HistoryFreeMixin:
 
     keep_history = False
+    COUNT_UP_TO = 'SELECT COUNT(*) FROM object_state WHERE tid <= ?'
+    COUNT_AFTER = 'SELECT COUNT(*) FROM object_state WHERE tid > ?'
+    SCAN_PAGE = """
+        SELECT zoid, tid, state FROM object_state
+        WHERE zoid > ? AND tid <= ?
+        ORDER BY zoid
+        LIMIT ?"""
+    TAIL_SAME = """
+        SELECT zoid, tid, state FROM object_state
+        WHERE tid = ? AND zoid > ?
+        ORDER BY zoid
+        LIMIT ?"""
+    TAIL_NEXT = """
+        SELECT zoid, tid, state FROM object_state
+        WHERE tid > ?
+        ORDER BY tid, zoid
+        LIMIT ?"""
+    SEED_CHANGED = """
+        INSERT INTO pack_reached (zoid, depth)
+        SELECT p.zoid, 0
+        FROM object_state o
+        JOIN pack_object p ON p.zoid = o.zoid
+        LEFT JOIN pack_reached x ON x.zoid = p.zoid
+        WHERE o.tid > ? AND x.zoid IS NULL"""
 
     FILL = """
         INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)

@@ -6,9 +6,7 @@ manual, "Optimizing IN and EXISTS Subquery Predicates with Semijoin
 Transformations"): the sub-query runs once per row of the table being
 deleted from.  So every delete here is a multi-table DELETE joined against
 the pack tables, or takes an IN list of constants (written out, as the
-object mover's are).  Keyset pages use ``a > x OR (a = x AND b > y)``
-rather than a row comparison, which MariaDB 10.11 does not turn into an
-index range.  The pack runs READ COMMITTED (begin_write), so its deletes
+object mover's are).  The pack runs READ COMMITTED (begin_write), so its deletes
 take no gap locks that an insert of a new object could wait for.  The
 pack lock is a GET_LOCK named after the database, which the server
 releases when the pack's session ends.  (Only MariaDB 10.11 was at hand
@@ -27,11 +25,6 @@ _REFS_PER_INSERT = 2000
 class _MySQLPacker(Packer):
 
     PARAM = '%s'
-    SCAN_PAGE = """
-        SELECT zoid, tid, state FROM object_state
-        WHERE (zoid > ? OR (zoid = ? AND tid > ?)) AND tid <= ?
-        ORDER BY zoid, tid
-        LIMIT ?"""
     # TRUNCATE, not DELETE: InnoDB deletes row by row with undo records
     # (a million rows of pack_object took seconds).  It commits the
     # transaction it is in (DDL), so the pipeline only empties these tables
@@ -79,10 +72,6 @@ class _MySQLPacker(Packer):
         # transaction that began just before a removal is taken to have
         # begun after it (docs/operations.rst).
         return float(started) + 0.999
-
-    def scan_page(self, cursor, scan_tid, zoid, tid, limit):
-        self._run(cursor, self.SCAN_PAGE, (zoid, zoid, tid, scan_tid, limit))
-        return self._states(cursor)
 
     def add_refs(self, cursor, refs):
         # Written out: three ints a row (see objects.in_list).
