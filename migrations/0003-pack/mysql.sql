@@ -16,20 +16,21 @@ CREATE TABLE IF NOT EXISTS object_ref (
     PRIMARY KEY (zoid, tid, to_zoid)
 ) ENGINE = InnoDB;
 
--- How far the analysis has got (at most one row).  Every revision whose
+-- How far the analysis has got (at most one row), updated in the
+-- transaction that adds the rows it accounts for, so the two never
+-- disagree.  The analysis reads current revisions (and, at a pack, kept
+-- ones that are no longer current): every current revision whose
 -- (tid, zoid) is at or below (refs_tid, refs_zoid) has its rows in
--- object_ref, and it is updated in the transaction that adds them, so the
--- two never disagree.  A first analysis reads the revisions up to
--- scan_tid in key order instead (cheaper than tid order on a large table),
--- and has got to (scan_zoid, scan_rev) when scan_tid is not 0.  No row:
+-- object_ref.  A first analysis reads the current revisions up to
+-- scan_tid in key order instead (cheaper than tid order on a large
+-- table), and has got to scan_zoid when scan_tid is not 0.  No row:
 -- nothing analysed.
 CREATE TABLE IF NOT EXISTS pack_state (
     id              TINYINT NOT NULL PRIMARY KEY,
     refs_tid        BIGINT NOT NULL,
     refs_zoid       BIGINT NOT NULL,
     scan_tid        BIGINT NOT NULL,
-    scan_zoid       BIGINT NOT NULL,
-    scan_rev        BIGINT NOT NULL
+    scan_zoid       BIGINT NOT NULL
 ) ENGINE = InnoDB;
 
 -- One pack's analysis, kept until its deletions are done so that a pack

@@ -3,12 +3,15 @@
 The pipeline, on a database connection of its own, holding the database's
 pack lock (one pack at a time; zodbpack and storage.pack alike):
 
-1. **References** (with garbage collection).  The references of every
-   object revision are read from its pickle once and kept in
-   ``object_ref``; each pack first adds the revisions written since the
-   previous one (the first pack reads them all, in key order).  Pages of
-   revisions are committed together with how far the analysis has got
-   (``pack_state``), so a pack killed here loses at most one page.
+1. **References** (with garbage collection).  The references of each
+   object's current revision are read from its pickle once and kept in
+   ``object_ref``; each pack first adds the objects written since the
+   previous one (the first pack reads them all, in key order), and
+   (history-preserving) the kept revisions of objects changed after the
+   pack tid, which are no longer current.  Revisions replaced before any
+   pack looked are never read: this pack removes them.  Pages are
+   committed together with how far the analysis has got (``pack_state``),
+   so a pack killed here loses at most one page.
 2. **Analysis** (pre-pack).  Choose the pack tid (the pack time, moved
    back before the start of the oldest transaction another session of the
    database still has open, which may hold objects that were reachable when

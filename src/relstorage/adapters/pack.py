@@ -32,21 +32,19 @@ ALL = (1 << 63) - 1
 class RefsState:
     """The row of ``pack_state``: how far the reference analysis has got.
 
-    ``scan_tid`` is not 0 while a first analysis reads every revision up to
-    it in key order (then ``scan_zoid``, ``scan_rev`` is the last revision
-    read); otherwise every revision up to ``(refs_tid, refs_zoid)`` in
+    ``scan_tid`` is not 0 while a first analysis reads every current
+    revision up to it in key order (``scan_zoid`` is the last object read);
+    otherwise every current revision up to ``(refs_tid, refs_zoid)`` in
     (tid, zoid) order has been analysed.
     """
 
-    __slots__ = ('refs_tid', 'refs_zoid', 'scan_tid', 'scan_zoid', 'scan_rev')
+    __slots__ = ('refs_tid', 'refs_zoid', 'scan_tid', 'scan_zoid')
 
-    def __init__(self, refs_tid=0, refs_zoid=ALL, scan_tid=0, scan_zoid=-1,
-                 scan_rev=-1):
+    def __init__(self, refs_tid=0, refs_zoid=ALL, scan_tid=0, scan_zoid=-1):
         self.refs_tid = refs_tid
         self.refs_zoid = refs_zoid
         self.scan_tid = scan_tid
         self.scan_zoid = scan_zoid
-        self.scan_rev = scan_rev
 
     def values(self):
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -85,13 +83,13 @@ class Packer:
     PARAM = '?'
 
     REFS_STATE = """
-        SELECT refs_tid, refs_zoid, scan_tid, scan_zoid, scan_rev
+        SELECT refs_tid, refs_zoid, scan_tid, scan_zoid
         FROM pack_state WHERE id = 0"""
     SET_REFS_STATE = (
         'DELETE FROM pack_state',
         """INSERT INTO pack_state
-               (id, refs_tid, refs_zoid, scan_tid, scan_zoid, scan_rev)
-           VALUES (0, ?, ?, ?, ?, ?)""",
+               (id, refs_tid, refs_zoid, scan_tid, scan_zoid)
+           VALUES (0, ?, ?, ?, ?)""",
     )
     CLEAR_REFS = 'DELETE FROM object_ref'
     # The references analysed are those of current revisions (and, at a
