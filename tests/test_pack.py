@@ -292,6 +292,43 @@ def test_one_pack_at_a_time(open_storage):
     db.close()
 
 
+@pytest.mark.parametrize('analysed_before', [True, False],
+                         ids=['analysed', 'not-analysed'])
+def test_what_was_reachable_at_the_pack_time_stays(open_storage,
+                                                  keep_history,
+                                                  analysed_before):
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    conn = db.open()
+    root = conn.root()
+    root['a'] = PersistentMapping({'x': PersistentMapping()})
+    transaction.commit()
+    oid = u64(root['a']['x']._p_oid)
+    if analysed_before:
+        # The references of the current revisions are recorded; else the
+        # pack below reads the kept revision of 'a' when it needs it.
+        _pack(storage, prepack_only=True)
+    time.sleep(0.05)
+    t = time.time()
+    time.sleep(0.05)
+    # 'a' changes after the pack time: its kept revision (the one that
+    # refers to x) is no longer current.
+    del root['a']['x']
+    transaction.commit()
+    conn.close()
+    storage.pack(t, referencesf)
+    # History-preserving: x was reachable at the pack time and stays (with
+    # the revision of 'a' that refers to it).  History-free has no such
+    # revision any more: x is garbage (docs/operations.rst).
+    assert _exists(storage, oid) == keep_history
+    if keep_history:
+        _reachable(storage)
+        old = storage.loadBefore(p64(u64(root['a']._p_oid)),
+                                 storage.lastTransaction())
+        assert old is not None
+    db.close()
+
+
 def test_without_gc_no_references_are_read(open_storage):
     storage = open_storage(pack_gc=False)
     db = ZODB.DB(storage)

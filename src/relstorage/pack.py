@@ -25,9 +25,10 @@ pack lock (one pack at a time; zodbpack and storage.pack alike):
    commit lock: garbage is what no committer can reach, and old revisions
    are rows no committer writes), sized to pack-batch-timeout, with a
    pause after each to keep to pack-duty-cycle (at most pack-max-delay).
-   Before each batch the references of revisions committed since the
-   analysis are added, and whatever they refer to is reached after all (an
-   undo, or a client holding on to an object across transactions).
+   Before the first batch, and every CATCH_UP_EVERY seconds after, the
+   references of revisions committed since the analysis are added, and
+   whatever they refer to is reached after all (an undo, or a client
+   holding on to an object across transactions).
    Transactions up to the pack tid are marked packed first (undo refuses
    them from then on).  Garbage goes first, then (history-preserving) the
    revisions older than each kept one; each batch records where it got to.
@@ -61,6 +62,10 @@ PAGE = 2000
 #: pack-batch-timeout.
 FIRST_BATCH = 500
 MIN_BATCH, MAX_BATCH = 20, 20000
+#: Seconds between two catch-ups of the references during the deletions
+#: (each re-reads what was committed since: on a busy database, its
+#: containers over and over).
+CATCH_UP_EVERY = 5.0
 #: Blobs whose chunks one transaction removes.
 BLOB_BATCH = 100
 #: Seconds between progress messages in the log.
@@ -250,25 +255,44 @@ class _Session:
     # -- references --------------------------------------------------------
 
     def catch_up(self, run=None, show=True):
-        """Add the references of the revisions written since the last
-        analysis, a page per transaction.  With ``run`` (an analysis in
-        use), whatever they refer to is reached after all."""
+        """Add the references of the current revisions written since the
+        last analysis, a page per transaction.  With ``run`` (an analysis
+        in use), whatever they refer to is reached after all.
+
+        Every page is read in one snapshot, on a connection of its own, so
+        that the references recorded are those of the whole database as
+        of one moment (the snapshot's last tid, returned): read row by row
+        as commits go on, an object moving from one container to another
+        could be missed in both.  Only the rows the snapshot shows as
+        written since the previous analysis are read; a stopped analysis
+        goes on from where it got to in the next snapshot.
+        """
+        cm = self.cm
         rescue = run is not None and run.gc and run.phase >= run.ANALYSED
         shown = False
         started = time.monotonic()
-        while True:
-            self._check_stop()
-            page = self.write(lambda: self._analyse_page(rescue))
-            if page is None:
-                break
-            if show and page and not shown:
-                shown = True
-                self.progress.phase('revisions analysed for references',
-                                    self._to_analyse(page), started)
-            if shown:
-                self.progress.add(page)
+        conn, snapshot = cm.open_load()
+        try:
+            with cm.translate('packing'):
+                cm.begin_snapshot(conn, snapshot)
+                up_to = self.adapter.poller.last_tid(snapshot)
+            while True:
+                self._check_stop()
+                page = self.write(
+                    lambda: self._analyse_page(snapshot, rescue, up_to))
+                if page is None:
+                    break
+                if show and page and not shown:
+                    shown = True
+                    self.progress.phase('revisions analysed for references',
+                                        self._to_analyse(page), started)
+                if shown:
+                    self.progress.add(page)
+        finally:
+            cm.close(conn, snapshot)
         if shown:
             self.progress.end_phase()
+        return up_to
 
     def _to_analyse(self, done):
         """About how many revisions the analysis reads, ``done`` of them
@@ -285,31 +309,33 @@ class _Session:
             return done + packer.count_after(cursor, state.refs_tid)
         return self.read(count)
 
-    def _analyse_page(self, rescue):
-        """One page of the analysis, in the caller's transaction: the number
-        of revisions analysed, or None when there was nothing to do."""
+    def _analyse_page(self, snapshot, rescue, up_to):
+        """One page of the analysis, read with the cursor ``snapshot``,
+        recorded in the caller's transaction: the number of revisions
+        analysed, or None when there was nothing left up to ``up_to``."""
         packer, cursor = self.packer, self.cursor
         state = packer.refs_state(cursor)
         if state is None:
             # Nothing analysed yet (a new database, or one from before
-            # schema version 3): read everything up to now, in key order,
-            # trusting no reference row that may be left.
-            last = self.adapter.poller.last_tid(cursor)
+            # schema version 3): read everything of the snapshot, in key
+            # order, trusting no reference row that may be left.
             packer.clear_refs(cursor)
-            state = RefsState(scan_tid=last) if last else RefsState()
+            state = RefsState(scan_tid=up_to) if up_to else RefsState()
             packer.set_refs_state(cursor, state)
             return 0
         if state.scan_tid:
-            rows = packer.scan_page(cursor, state.scan_tid, state.scan_zoid,
-                                    PAGE)
+            # (A scan begun in an earlier snapshot goes on in this one:
+            # rows changed since its scan_tid are read after it.)
+            rows = packer.scan_page(snapshot, state.scan_tid,
+                                    state.scan_zoid, PAGE)
             if not rows:
                 state = RefsState(refs_tid=state.scan_tid, refs_zoid=ALL)
                 packer.set_refs_state(cursor, state)
                 return 0
             state.scan_zoid = rows[-1][0]
         else:
-            rows = packer.tail_page(cursor, state.refs_tid, state.refs_zoid,
-                                    PAGE)
+            rows = packer.tail_page(snapshot, state.refs_tid,
+                                    state.refs_zoid, up_to, PAGE)
             if not rows:
                 return None
             if not packer.keep_history:
@@ -373,15 +399,19 @@ class _Session:
 
     # -- analysis ----------------------------------------------------------
 
-    def _pack_tid(self, t):
+    def _pack_tid(self, t, analysed):
         """The tid to pack to for time ``t`` (None: the last transaction),
-        or None if nothing was committed before it."""
+        or None if nothing was committed before it.  Never after
+        ``analysed`` (when given), the tid up to which the references are
+        analysed: the walk has no others."""
         packer, cursor = self.packer, self.cursor
 
         def read():
             return (self.adapter.poller.last_tid(cursor),
                     packer.oldest_transaction(cursor))
         last, oldest = self.read(read)
+        if analysed is not None:
+            last = min(last, analysed)
         pack_tid = last if t is None else min(tid_for_time(t), last)
         if oldest is not None and pack_tid and \
                 tid_for_time(oldest) <= pack_tid:
@@ -404,15 +434,13 @@ class _Session:
                 'the analysis of an earlier pack to %s, stopped before it '
                 'was done, is replaced (pack-skip-prepack would have used '
                 'it)', _when(earlier.pack_tid))
-        if gc:
-            self.catch_up()
-        pack_tid = self._pack_tid(t)
+        analysed = self.catch_up() if gc else None
+        pack_tid = self._pack_tid(t, analysed)
         if pack_tid is None:
             progress.note('nothing was committed before the pack time')
             self.write(lambda: packer.clear_run(cursor))
             return None
-        refs_tid = self.read(lambda: packer.refs_state(cursor))
-        refs_tid = refs_tid.refs_tid if refs_tid is not None else 0
+        refs_tid = analysed or 0
         progress.note('analysing the database as of %s%s', _when(pack_tid),
                       '' if gc else ' (pack-gc false: no reachability)')
         started = time.monotonic()
@@ -542,10 +570,12 @@ class _Session:
         progress = self.progress
         progress.phase(what, total)
         try:
+            caught_up = time.monotonic()
             while True:
                 self._check_stop()
                 started = time.monotonic()
-                if run.gc:
+                if run.gc and started - caught_up >= CATCH_UP_EVERY:
+                    caught_up = started
                     self.catch_up(run, show=False)
                 rows = self.read(lambda: fetch(run.upto, pacer.size))
                 if not rows:

@@ -103,8 +103,8 @@ class Packer:
     # tid order would be a random read per row.  (zoid, scan_tid, limit)
     SCAN_PAGE = None
     # Later ones read what was written since, in tid order: the rest of one
-    # transaction (tid, zoid, limit), then the transactions after it
-    # (tid, limit).
+    # transaction (tid, zoid, limit), then the transactions after it up to
+    # a given one (tid, up_to, limit).
     TAIL_SAME = None
     TAIL_NEXT = None
     # Kept revisions that are no longer current and have no references
@@ -302,11 +302,12 @@ class Packer:
         self._run(cursor, self.KEPT_UNANALYSED, (pack_tid, zoid, limit))
         return self._states(cursor)
 
-    def tail_page(self, cursor, tid, zoid, limit):
+    def tail_page(self, cursor, tid, zoid, up_to, limit):
         self._run(cursor, self.TAIL_SAME, (tid, zoid, limit))
         rows = self._states(cursor)
         if len(rows) < limit:
-            self._run(cursor, self.TAIL_NEXT, (tid, limit - len(rows)))
+            self._run(cursor, self.TAIL_NEXT,
+                      (tid, up_to, limit - len(rows)))
             rows += self._states(cursor)
         return rows
 
@@ -455,7 +456,7 @@ class HistoryPreservingMixin:
     TAIL_NEXT = """
         SELECT c.zoid, c.tid, o.state
         FROM (SELECT zoid, tid FROM current_object
-              WHERE tid > ?
+              WHERE tid > ? AND tid <= ?
               ORDER BY tid, zoid
               LIMIT ?) c
         JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
@@ -519,7 +520,7 @@ class HistoryFreeMixin:
         LIMIT ?"""
     TAIL_NEXT = """
         SELECT zoid, tid, state FROM object_state
-        WHERE tid > ?
+        WHERE tid > ? AND tid <= ?
         ORDER BY tid, zoid
         LIMIT ?"""
     SEED_CHANGED = """
@@ -529,6 +530,19 @@ class HistoryFreeMixin:
         JOIN pack_object p ON p.zoid = o.zoid
         LEFT JOIN pack_reached x ON x.zoid = p.zoid
         WHERE o.tid > ? AND x.zoid IS NULL"""
+    # What objects outside pack_object refer to: their revision is after
+    # the pack tid, though the one analysed may not be (it was current
+    # when analysed, and replaced before the fill).
+    SEED = (
+        Packer.SEED[0],
+        """INSERT INTO pack_reached (zoid, depth)
+           SELECT DISTINCT r.to_zoid, 0
+           FROM object_ref r
+           LEFT JOIN pack_object p ON p.zoid = r.zoid
+           JOIN pack_object q ON q.zoid = r.to_zoid
+           LEFT JOIN pack_reached x ON x.zoid = r.to_zoid
+           WHERE (p.zoid IS NULL OR r.tid > ?) AND x.zoid IS NULL""",
+    )
 
     FILL = """
         INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
