@@ -185,19 +185,9 @@ def parse_args(argv):
 
 
 def main(argv=None):
+    from workload import execute
     args = parse_args(argv)
-    patched = None
-    if args.patch_mariadb:
-        import mariadb_patch
-        patched = mariadb_patch.apply()
-    from workload import identify
-    info = identify(args.expect_under)
-    if patched:
-        info['mariadb_patch'] = patched
-    started = perf()
-    result = COMMANDS[args.command](args)
-    result['wall_seconds'] = perf() - started
-    result['info'] = info
+    result = execute(args, COMMANDS)
     with open(args.out, 'w') as f:
         json.dump(result, f, indent=1)
 

@@ -232,12 +232,7 @@ def parse_args(argv):
     parser.add_argument('--blobs', default='',
                         help='blobs per measurement, e.g. 100m=2,1m=50 '
                         '(default 10k=500, 1m=100, 100m=3)')
-    parser.add_argument('--pg-dsn',
-                        default='host=127.0.0.1 port=5432 user=root')
-    parser.add_argument('--mysql-host', default='127.0.0.1')
-    parser.add_argument('--mysql-port', type=int, default=3306)
-    parser.add_argument('--mysql-user', default='root')
-    parser.add_argument('--mysql-passwd', default='')
+    run.add_server_options(parser)
     parser.add_argument('--sqlite-synchronous', default='default',
                         choices=('default', 'off', 'normal', 'full'),
                         help="SQLite's synchronous pragma for both sides; "
@@ -247,14 +242,8 @@ def parse_args(argv):
                                               'blobs.json'))
     args = parser.parse_args(argv)
 
-    def names(text, allowed, what):
-        chosen = [n.strip() for n in text.split(',') if n.strip()]
-        for n in chosen:
-            if n not in allowed:
-                parser.error(f'unknown {what} {n!r}')
-        return chosen
-    args.backends = names(args.backends, BACKENDS, 'backend')
-    args.modes = names(args.modes, MODES, 'mode')
+    args.backends = run.choose(parser, args.backends, BACKENDS, 'backend')
+    args.modes = run.choose(parser, args.modes, MODES, 'mode')
     counts = {size: count for size, (_, count) in SIZES.items()}
     for item in filter(None, args.blobs.split(',')):
         size, _, count = item.partition('=')

@@ -477,15 +477,7 @@ def parse_args(argv):
     parser.add_argument('--mp-objects', type=int,
                         help='objects written and read by all the '
                         'processes together (default: --objects)')
-    parser.add_argument('--pg-dsn',
-                        default='host=127.0.0.1 port=5432 user=root',
-                        help='libpq connection string without dbname; the '
-                        'user must be allowed to create databases')
-    parser.add_argument('--mysql-host', default='127.0.0.1')
-    parser.add_argument('--mysql-port', type=int, default=3306)
-    parser.add_argument('--mysql-user', default='root',
-                        help='must be allowed to create databases')
-    parser.add_argument('--mysql-passwd', default='')
+    add_server_options(parser)
     parser.add_argument('--sqlite-synchronous', default='default',
                         choices=('default', 'off', 'normal', 'full'),
                         help="SQLite's synchronous pragma for both sides; "
@@ -508,17 +500,34 @@ def parse_args(argv):
     if args.mp_objects is None:
         args.mp_objects = args.objects
 
-    def names(text, allowed, what):
-        chosen = [n.strip() for n in text.split(',') if n.strip()]
-        chosen = [n for n in chosen if n != 'none']
-        for n in chosen:
-            if n not in allowed:
-                parser.error(f'unknown {what} {n!r}')
-        return chosen
-    args.backends = names(args.backends, BACKENDS, 'backend')
-    args.modes = names(args.modes, MODES, 'mode')
-    args.others = names(args.others, OTHERS, 'storage')
+    args.backends = choose(parser, args.backends, BACKENDS, 'backend')
+    args.modes = choose(parser, args.modes, MODES, 'mode')
+    args.others = choose(parser, args.others, OTHERS, 'storage')
     return args
+
+
+def add_server_options(parser):
+    """The options that say where the servers are (every benchmark's)."""
+    parser.add_argument('--pg-dsn',
+                        default='host=127.0.0.1 port=5432 user=root',
+                        help='libpq connection string without dbname; the '
+                        'user must be allowed to create databases')
+    parser.add_argument('--mysql-host', default='127.0.0.1')
+    parser.add_argument('--mysql-port', type=int, default=3306)
+    parser.add_argument('--mysql-user', default='root',
+                        help='must be allowed to create databases')
+    parser.add_argument('--mysql-passwd', default='')
+
+
+def choose(parser, text, allowed, what):
+    """The names of the comma-separated ``text`` (``none``: none), each
+    one of ``allowed``; else a usage error naming ``what``."""
+    chosen = [n.strip() for n in text.split(',') if n.strip()]
+    chosen = [n for n in chosen if n != 'none']
+    for n in chosen:
+        if n not in allowed:
+            parser.error(f'unknown {what} {n!r}')
+    return chosen
 
 
 def database_for(backend, args):

@@ -118,6 +118,24 @@ def percentiles(samples):
 
 # -- which relstorage ----------------------------------------------------
 
+def execute(args, commands):
+    """Run the subcommand ``args.command`` of a workload script (from
+    ``commands``) after the MariaDB patch when asked for: its result, with
+    the wall time and ``identify``'s description of this process."""
+    patched = None
+    if args.patch_mariadb:
+        import mariadb_patch
+        patched = mariadb_patch.apply()
+    info = identify(args.expect_under)
+    if patched:
+        info['mariadb_patch'] = patched
+    started = perf()
+    result = commands[args.command](args)
+    result['wall_seconds'] = perf() - started
+    result['info'] = info
+    return result
+
+
 def identify(expect_under):
     """Import relstorage and check it is the expected one."""
     from importlib import metadata

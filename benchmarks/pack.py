@@ -1,0 +1,707 @@
+"""Packing: our relstorage against RelStorage 4.3, side by side in one run.
+
+    .venv/bin/python benchmarks/pack.py [--backends postgresql,mysql]
+        [--modes hp,hf] [--sides ours,ref] [--objects 1000000] [--quick]
+
+For each backend, history mode and side, on a fresh database
+(``packbench_<side>_<mode>``), with pack_workload.py running in the side's
+own interpreter:
+
+1. ``build``: ``--objects`` documents in folders, updates, then half of
+   them made unreachable (the same graph on both sides, from ``--seed``);
+2. the writer alone for ``--writer-seconds``: small commits, their latency
+   (p50, p99) without a pack;
+3. the first pack, to now, by the side's ``zodbpack`` in a subprocess,
+   while the writer runs throughout: the pack's wall time, the writer's
+   latency during it, and the pack process's peak RSS (``os.wait4``);
+4. ``grow``: ``--grow`` of the built size again (adds, updates, removals);
+5. the second pack, alone: its wall time and peak RSS;
+6. ``count``: every object reachable from the root loaded through the
+   storage (a pack that removed one fails here), and the documents found
+   checked against the count the workload keeps.
+
+The rows of every table are counted after each step.  Targets: ours packs
+the first time at least 5 times as fast as RelStorage 4.3; our second pack
+takes at most a fifth of our first; our writer's p99 during the pack is at
+most twice its p99 alone; our pack process peaks below 500 MB.
+
+Each side packs with its ``zodbpack`` (``--ours-zodbpack``,
+``--ref-zodbpack``: a command to which ``--days=D CONFIG`` is appended;
+default the script next to each side's interpreter).  When that script
+does not exist, the side packs with ``pack_workload.py pack`` instead
+(``storage.pack(t, referencesf)`` in a process of the same interpreter),
+and the report says so.  The environment, the reference venv, the
+databases and the MariaDB patch of RelStorage 4.3 (applied in the
+workload processes only: 4.3's zodbpack runs as published) are run.py's.
+See README.rst.
+"""
+import argparse
+import collections
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import mariadb_patch  # noqa: E402
+import refenv  # noqa: E402
+import report  # noqa: E402
+import run  # noqa: E402
+from backends import DATA, MODES, TITLES, relstorage_zconfig  # noqa: E402
+import blobs  # noqa: E402
+from blobs import src_digest  # noqa: E402
+from run import IMPLS, WorkloadFailed  # noqa: E402
+
+WORKLOAD = HERE / 'pack_workload.py'
+#: This run's configs, logs and writer files (one directory per run).
+WORK = DATA / 'pack' / str(os.getpid())
+BACKENDS = ('postgresql', 'mysql')
+
+#: The project's targets.
+FIRST_PACK_SPEEDUP = 5.0     # RS 4.3's first pack time / ours, at least
+SECOND_OVER_FIRST = 0.2      # our second pack / our first, at most
+P99_GROWTH = 2.0             # writer p99 during the pack / alone, at most
+PEAK_RSS_MB = 500            # the pack process's peak RSS, below
+
+perf = time.perf_counter
+_started = perf()
+
+
+def log(message):
+    print(f'[{perf() - _started:7.1f}s] {message}', file=sys.stderr,
+          flush=True)
+
+
+# -- processes -----------------------------------------------------------
+
+def relay(stream, prefix, tail):
+    """Copy a child's stderr to ours, each line prefixed, keeping its last
+    lines for an error message."""
+    for line in stream:
+        line = line.rstrip()
+        tail.append(line)
+        print(f'      {prefix}| {line}', file=sys.stderr, flush=True)
+
+
+class Child:
+    """A pack_workload.py process: its stderr relayed, its stdout (one
+    JSON document) collected."""
+
+    def __init__(self, cmd, prefix):
+        self.cmd = cmd
+        self.tail = collections.deque(maxlen=20)
+        self.proc = subprocess.Popen(
+            [str(c) for c in cmd], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=refenv.clean_env(),
+            cwd=str(HERE))
+        self.thread = threading.Thread(
+            target=relay, args=(self.proc.stderr, prefix, self.tail),
+            daemon=True)
+        self.thread.start()
+
+    def result(self, timeout):
+        timer = threading.Timer(timeout, self.proc.kill)
+        timer.start()
+        try:
+            out = self.proc.stdout.read()
+            self.proc.wait()
+        finally:
+            timer.cancel()
+        self.thread.join()
+        if self.proc.returncode != 0:
+            raise WorkloadFailed('\n'.join(self.tail) or
+                                 f'{self.cmd[3]}: exit status '
+                                 f'{self.proc.returncode}')
+        try:
+            return json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise WorkloadFailed(f'{self.cmd[3]} printed no JSON: '
+                                 f'{out[-500:]!r}')
+
+
+def run_measured(cmd, logfile, timeout):
+    """Run ``cmd`` with its output to ``logfile``; returns the wall
+    seconds and the process's peak RSS in MiB (from ``os.wait4``)."""
+    with open(logfile, 'w') as out:
+        start = perf()
+        proc = subprocess.Popen([str(c) for c in cmd], stdout=out,
+                                stderr=subprocess.STDOUT,
+                                env=refenv.clean_env(), cwd=str(HERE))
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        seconds = perf() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        lines = Path(logfile).read_text().strip().splitlines()
+        raise WorkloadFailed('\n'.join(lines[-15:]) +
+                             f'\n(exit status {proc.returncode}; the whole '
+                             f'log: {logfile})')
+    # ru_maxrss is in KiB on Linux.
+    return seconds, usage.ru_maxrss / 1024
+
+
+def percentile(ordered, fraction):
+    """Nearest rank."""
+    if not ordered:
+        return None
+    index = min(len(ordered) - 1,
+                max(0, int(round(fraction * len(ordered))) - 1))
+    return ordered[index]
+
+
+def latency_figures(latencies):
+    ordered = sorted(latencies)
+    return {'p50': percentile(ordered, 0.5), 'p99': percentile(ordered,
+                                                               0.99),
+            'max': ordered[-1] if ordered else None,
+            'samples': len(ordered)}
+
+
+# -- one side ------------------------------------------------------------
+
+def pack_command(impl, args):
+    """The pack command of a side (``--days=D CONFIG`` is appended), or
+    None when its zodbpack script does not exist."""
+    given = args.ours_zodbpack if impl == 'ours' else args.ref_zodbpack
+    if given:
+        words = shlex.split(given)
+    elif impl == 'ours':
+        # Not resolved: the venv's bin/python is a link to the base
+        # interpreter.
+        words = [str(Path(sys.executable).parent / 'zodbpack')]
+    else:
+        words = [str(refenv.python().parent / 'zodbpack')]
+    if not Path(words[0]).exists():
+        return None
+    return words
+
+
+class Side(blobs.Side):
+    """One implementation on one backend, and its zodbpack."""
+
+    def __init__(self, impl, backend, args):
+        super().__init__(impl, backend)
+        self.zodbpack = pack_command(impl, args)
+
+    def command(self, command, config, *rest):
+        return ([self.python, '-I', WORKLOAD, command, config,
+                 '--expect-under', self.home] + self.flags + list(rest))
+
+    def start(self, command, config, *rest):
+        return Child(self.command(command, config, *rest),
+                     f'{self.impl} {command}')
+
+    def workload(self, command, config, *rest, timeout):
+        return self.start(command, config, *rest).result(timeout)
+
+    def pack(self, config, days, logfile, timeout):
+        if self.zodbpack:
+            cmd = self.zodbpack + [f'--days={days}', config]
+            how = 'zodbpack'
+        else:
+            cmd = self.command('pack', config, '--days', days)
+            how = 'pack_workload.py pack (no zodbpack)'
+        seconds, rss = run_measured(cmd, logfile, timeout)
+        return {'seconds': seconds, 'peak_rss_mb': rss, 'how': how,
+                'command': ' '.join(str(c) for c in cmd), 'log': str(logfile)}
+
+
+def table_rows(database, backend, name):
+    """Rows per table of one database, counted exactly."""
+    if backend == 'postgresql':
+        conn = database.psycopg2.connect(database.dsn(name))
+        listing = ("SELECT table_name FROM information_schema.tables WHERE "
+                   "table_schema = current_schema() AND table_type = "
+                   "'BASE TABLE'")
+        quote = '"{}"'
+    else:
+        conn = database.MySQLdb.connect(
+            host=database.host, port=database.port, user=database.user,
+            passwd=database.passwd, db=name)
+        listing = ("SELECT table_name FROM information_schema.tables WHERE "
+                   "table_schema = DATABASE() AND table_type = 'BASE TABLE'")
+        quote = '`{}`'
+    try:
+        cur = conn.cursor()
+        cur.execute(listing)
+        tables = sorted(row[0] for row in cur.fetchall())
+        rows = {}
+        for table in tables:
+            # The names come from the catalogue, not from input.
+            cur.execute(f'SELECT COUNT(*) FROM {quote.format(table)}')
+            rows[table] = cur.fetchone()[0]
+        conn.rollback()
+        return rows
+    finally:
+        conn.close()
+
+
+class Writer:
+    """The writer in the background, between ``start`` and ``stop``."""
+
+    def __init__(self, side, config, tag, args):
+        self.files = {k: WORK / f'{tag}-{k}' for k in ('ready', 'stop',
+                                                      'latencies')}
+        for path in self.files.values():
+            path.unlink(missing_ok=True)
+        self.args = args
+        self.child = side.start(
+            'writer', config, '--seconds', args.timeout,
+            '--out', self.files['latencies'], '--stop', self.files['stop'],
+            '--ready', self.files['ready'], '--pause', args.writer_pause)
+
+    def wait_ready(self, timeout=600):
+        deadline = perf() + timeout
+        while not self.files['ready'].exists():
+            if self.child.proc.poll() is not None:
+                self.child.result(1)    # raises with its error
+                raise WorkloadFailed('the writer exited before it was '
+                                     'ready')
+            if perf() > deadline:
+                self.child.proc.kill()
+                raise WorkloadFailed('the writer was not ready after '
+                                     f'{timeout}s')
+            time.sleep(0.05)
+
+    def stop(self):
+        self.files['stop'].touch()
+        summary = self.child.result(600)
+        latencies = json.loads(self.files['latencies'].read_text())
+        summary.pop('info', None)
+        return dict(summary, latency=latency_figures(latencies))
+
+
+def writer_alone(side, config, tag, args):
+    """The writer for ``--writer-seconds`` after its warm-up."""
+    writer = Writer(side, config, tag, args)
+    writer.wait_ready()
+    time.sleep(args.writer_seconds)
+    return writer.stop()
+
+
+def one_side(side, database, backend, mode, args):
+    """Every step for one side; returns its record (with ``error`` when a
+    step failed: the steps before it stand)."""
+    name = f'packbench_{side.impl}_{mode}'
+    tag = f'{backend}-{mode}-{side.impl}'
+    config = WORK / f'{tag}.conf'
+    config.write_text(relstorage_zconfig(database, side.impl, name,
+                                         MODES[mode][1]))
+    record = {'database': name, 'config': str(config), 'rows': {},
+              'src': src_digest() if side.impl == 'ours' else None}
+    where = f'{TITLES[backend]} {mode} {side.label}'
+    step = 'create'
+    database.create(name)
+    try:
+        step = 'build'
+        log(f'{where}: build, {args.objects:,} documents, seed {args.seed}')
+        record['build'] = side.workload(
+            'build', config, '--objects', args.objects, '--seed', args.seed,
+            timeout=args.timeout)
+        record['info'] = record['build'].pop('info')
+        log(f'{where}: built in {record["build"]["seconds"]:.1f}s '
+            f'({record["build"]["live"]:,} documents reachable)')
+        record['rows']['built'] = table_rows(database, backend, name)
+
+        step = 'writer alone'
+        log(f'{where}: writer alone, {args.writer_seconds:g}s')
+        record['writer_alone'] = writer_alone(side, config,
+                                              f'{tag}-alone', args)
+
+        step = 'first pack'
+        how = 'zodbpack' if side.zodbpack else 'pack_workload.py pack'
+        log(f'{where}: first pack ({how}), with the writer')
+        writer = Writer(side, config, f'{tag}-pack', args)
+        try:
+            writer.wait_ready()
+            record['pack1'] = side.pack(config, args.days,
+                                        WORK / f'{tag}-pack1.log',
+                                        args.timeout)
+        finally:
+            try:
+                record['writer_pack'] = writer.stop()
+            except WorkloadFailed as e:
+                if 'pack1' in record:
+                    raise
+                log(f'  the writer failed too: {e}')
+        log(f'{where}: first pack {record["pack1"]["seconds"]:.1f}s, peak '
+            f'RSS {record["pack1"]["peak_rss_mb"]:.0f} MiB')
+        record['rows']['pack1'] = table_rows(database, backend, name)
+
+        step = 'grow'
+        log(f'{where}: grow by {args.grow:g}')
+        record['grow'] = side.workload('grow', config, '--fraction',
+                                       args.grow, timeout=args.timeout)
+        record['grow'].pop('info', None)
+        record['rows']['grown'] = table_rows(database, backend, name)
+
+        step = 'second pack'
+        log(f'{where}: second pack')
+        record['pack2'] = side.pack(config, args.days,
+                                    WORK / f'{tag}-pack2.log', args.timeout)
+        log(f'{where}: second pack {record["pack2"]["seconds"]:.1f}s, peak '
+            f'RSS {record["pack2"]["peak_rss_mb"]:.0f} MiB')
+        record['rows']['pack2'] = table_rows(database, backend, name)
+
+        step = 'count'
+        log(f'{where}: count (walk from the root)')
+        record['count'] = side.workload('count', config,
+                                        timeout=args.timeout)
+        record['count'].pop('info', None)
+        if not record['count']['ok']:
+            raise WorkloadFailed(
+                f'{record["count"]["documents"]} documents reachable, the '
+                f'workload counts {record["count"]["live"]}')
+    except (WorkloadFailed, RuntimeError, OSError) as e:
+        record['error'] = f'{step}: {e}'
+        log(f'  FAILED: {where}: {step}:\n{e}')
+    finally:
+        if not args.keep_data:
+            database.drop(name)
+    if side.impl == 'ours' and src_digest() != record['src']:
+        record['src'] += ' (changed during this run)'
+    return record
+
+
+# -- figures and report --------------------------------------------------
+
+def figures(record):
+    """The figures of one side (None where a step did not run)."""
+    def get(*path):
+        value = record
+        for key in path:
+            if not isinstance(value, dict) or key not in value:
+                return None
+            value = value[key]
+        return value
+
+    out = {
+        'build': get('build', 'seconds'),
+        'grow': get('grow', 'seconds'),
+        'alone_p50': get('writer_alone', 'latency', 'p50'),
+        'alone_p99': get('writer_alone', 'latency', 'p99'),
+        'pack1': get('pack1', 'seconds'),
+        'pack_p50': get('writer_pack', 'latency', 'p50'),
+        'pack_p99': get('writer_pack', 'latency', 'p99'),
+        'rss1': get('pack1', 'peak_rss_mb'),
+        'pack2': get('pack2', 'seconds'),
+        'rss2': get('pack2', 'peak_rss_mb'),
+        'reachable': get('count', 'reachable'),
+    }
+    if out['pack1'] is None:
+        # The writer's figures during a pack that failed say nothing.
+        out['pack_p50'] = out['pack_p99'] = None
+    for key in ('alone_p50', 'alone_p99', 'pack_p50', 'pack_p99'):
+        if out[key] is not None:
+            out[key] *= 1000
+    out['p99_growth'] = (out['pack_p99'] / out['alone_p99']
+                         if out['pack_p99'] and out['alone_p99'] else None)
+    out['second_over_first'] = (out['pack2'] / out['pack1']
+                                if out['pack2'] and out['pack1'] else None)
+    rss = [v for v in (out['rss1'], out['rss2']) if v is not None]
+    out['peak_rss'] = max(rss) if rss else None
+    for when in ('built', 'pack1', 'grown', 'pack2'):
+        rows = get('rows', when)
+        out[f'rows_{when}'] = sum(rows.values()) if rows else None
+        out[f'states_{when}'] = rows.get('object_state') if rows else None
+    return out
+
+
+def fmt(value, unit):
+    if value is None:
+        return '-'
+    if unit == 's':
+        return f'{value:,.2f}' if value < 100 else f'{value:,.0f}'
+    if unit == 'ms':
+        return f'{value:.2f}' if value < 100 else f'{value:,.0f}'
+    if unit == 'x':
+        return f'{value:.2f}'
+    if unit == 'MiB':
+        return f'{value:,.0f}'
+    return f'{value:,}'
+
+
+#: (key, label, unit, compare, target): compare 'time' puts RS 4.3 / ours
+#: in the ratio column; target (kind, value) is checked on ours.
+ROWS = (
+    ('build', 'build ({objects:,} documents)', 's', 'time', None),
+    ('alone_p50', 'writer alone, p50', 'ms', None, None),
+    ('alone_p99', 'writer alone, p99', 'ms', None, None),
+    ('pack1', 'first pack (writer running)', 's', 'time',
+     ('ratio', FIRST_PACK_SPEEDUP)),
+    ('pack_p50', 'writer during first pack, p50', 'ms', None, None),
+    ('pack_p99', 'writer during first pack, p99', 'ms', None, None),
+    ('p99_growth', 'writer p99, during pack / alone', 'x', None,
+     ('at most', P99_GROWTH)),
+    ('rss1', 'pack process peak RSS, first', 'MiB', None,
+     ('below', PEAK_RSS_MB)),
+    ('grow', 'grow (+{grow:.0%})', 's', 'time', None),
+    ('pack2', 'second pack (alone)', 's', 'time', None),
+    ('second_over_first', 'second pack / first pack', 'x', None,
+     ('at most', SECOND_OVER_FIRST)),
+    ('rss2', 'pack process peak RSS, second', 'MiB', None,
+     ('below', PEAK_RSS_MB)),
+    ('states_built', 'object_state rows, built', 'rows', None, None),
+    ('states_pack1', 'object_state rows, after first pack', 'rows', None,
+     None),
+    ('states_grown', 'object_state rows, after grow', 'rows', None, None),
+    ('states_pack2', 'object_state rows, after second pack', 'rows', None,
+     None),
+    ('rows_built', 'all rows, built', 'rows', None, None),
+    ('rows_pack2', 'all rows, after second pack', 'rows', None, None),
+    ('reachable', 'objects reachable after the packs', 'obj', None, None),
+)
+
+
+def target_text(target):
+    kind, value = target
+    if kind == 'ratio':
+        return f'>={value:g}'
+    if kind == 'at most':
+        return f'<={value:g}'
+    return f'<{value:g}'
+
+
+def meets(target, ours, ratio):
+    kind, value = target
+    if kind == 'ratio':
+        return None if ratio is None else ratio >= value
+    if ours is None:
+        return None
+    return ours <= value if kind == 'at most' else ours < value
+
+
+def table(backend, mode, records, args):
+    """The lines of one backend and mode, and its checks."""
+    got = {impl: figures(r) for impl, r in records.items()}
+    ours, ref = got.get('ours', {}), got.get('ref', {})
+    header = ('figure', 'unit', 'ours', 'RS 4.3', 'ratio', 'target',
+              'verdict')
+    rows, checks = [], []
+    where = f'{TITLES[backend]} {mode}'
+    for key, label, unit, compare, target in ROWS:
+        o, r = ours.get(key), ref.get(key)
+        if o is None and r is None:
+            continue
+        label = label.format(objects=args.objects, grow=args.grow)
+        ratio = r / o if compare == 'time' and o and r else None
+        verdict = ''
+        if target:
+            ok = meets(target, o, ratio)
+            if ok is not None:
+                checks.append({'where': where, 'figure': key,
+                               'label': label, 'ours': o, 'ref': r,
+                               'ratio': ratio, 'target': target_text(target),
+                               'ok': ok})
+            verdict = {True: 'ok', False: 'MISS', None: 'n/a'}[ok]
+        rows.append((label, unit, fmt(o, unit), fmt(r, unit),
+                     '-' if ratio is None else f'{ratio:.2f}',
+                     target_text(target) if target else '', verdict))
+    lines = report.title(f'{TITLES[backend]}, {MODES[mode][0]}')
+    lines += report.render(header, rows) if rows else ['(no figures)']
+    for impl, record in records.items():
+        label = report.LABELS[impl]
+        for step in ('pack1', 'pack2'):
+            how = record.get(step, {}).get('how')
+            if how and how != 'zodbpack':
+                lines.append(f'{label} packed with {how}.')
+                break
+        for step in ('writer_alone', 'writer_pack'):
+            w = record.get(step)
+            if w:
+                errors = ', '.join(f'{k} {v}' for k, v in
+                                   w['errors'].items()) or 'none'
+                when = 'alone' if step == 'writer_alone' else \
+                    'during the first pack'
+                lines.append(
+                    f'{label}: writer {when}: {w["timed"]} '
+                    f'timed commits in {w["seconds"]:.1f}s, retried '
+                    f'errors: {errors}')
+        if record.get('count'):
+            c = record['count']
+            lines.append(f'{label}: count: {c["reachable"]:,} objects '
+                         f'reachable ({c["documents"]:,} documents, '
+                         f'expected {c["live"]:,}: '
+                         f'{"ok" if c["ok"] else "WRONG"}), walked in '
+                         f'{c["seconds"]:.1f}s')
+        if record.get('error'):
+            lines.append(f'{label} FAILED in {record["error"]}')
+    lines.append('ratio: RS 4.3 time / ours (> 1: ours is faster); the '
+                 'targets are checked on ours.')
+    return lines + [''], checks
+
+
+def verdicts(checks):
+    missed = [c for c in checks if not c['ok']]
+    lines = report.title('Targets')
+    lines.append(f'{len(checks) - len(missed)} of {len(checks)} targets '
+                 f'met.')
+    for c in checks:
+        value = c['ratio'] if c['ratio'] is not None else c['ours']
+        lines.append(f'{"ok  " if c["ok"] else "MISS"}  {c["where"]}: '
+                     f'{c["label"]}: {value:.2f}, target {c["target"]}')
+    return lines
+
+
+# -- main ----------------------------------------------------------------
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description='Pack time, writer latency during a pack and pack '
+        'memory against RelStorage 4.3.')
+    parser.add_argument('--backends', default=','.join(BACKENDS),
+                        help='comma-separated: postgresql, mysql (MariaDB)')
+    parser.add_argument('--modes', default='hp',
+                        help='comma-separated: hp (history-preserving, the '
+                        'default), hf (history-free)')
+    parser.add_argument('--sides', default=','.join(IMPLS),
+                        help='comma-separated: ours, ref (RS 4.3)')
+    parser.add_argument('--objects', type=int,
+                        help='documents built (default 1,000,000; 20,000 '
+                        'with --quick)')
+    parser.add_argument('--quick', action='store_true',
+                        help='a small run: a smoke test, not a measurement')
+    parser.add_argument('--seed', type=int, default=1)
+    parser.add_argument('--grow', type=float, default=0.1,
+                        help='the grow step, as a fraction of --objects '
+                        '(default 0.1)')
+    parser.add_argument('--writer-seconds', type=float,
+                        help='the writer alone (default 30, 10 with '
+                        '--quick)')
+    parser.add_argument('--writer-pause', type=float, default=0.02,
+                        help="seconds between the writer's commits "
+                        '(default 0.02)')
+    parser.add_argument('--days', type=float, default=-1,
+                        help='zodbpack --days (default -1: pack to now)')
+    parser.add_argument('--ours-zodbpack',
+                        help='our pack command (default: zodbpack next to '
+                        'this interpreter; pack_workload.py pack when it '
+                        'does not exist)')
+    parser.add_argument('--ref-zodbpack',
+                        help="RS 4.3's pack command (default: the reference "
+                        "venv's zodbpack)")
+    parser.add_argument('--timeout', type=float, default=6 * 3600,
+                        help='seconds any one step may take (default 6 h)')
+    run.add_server_options(parser)
+    parser.add_argument('--json', default=str(HERE / 'results' /
+                                              'pack.json'),
+                        help='where to write the results')
+    parser.add_argument('--keep-data', action='store_true',
+                        help='keep the databases, configs and logs')
+    args = parser.parse_args(argv)
+    if args.objects is None:
+        args.objects = 20000 if args.quick else 1000000
+    if args.writer_seconds is None:
+        args.writer_seconds = 10 if args.quick else 30
+
+    args.backends = run.choose(parser, args.backends, BACKENDS, 'backend')
+    args.modes = run.choose(parser, args.modes, MODES, 'mode')
+    args.sides = run.choose(parser, args.sides, IMPLS, 'side')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    started = time.monotonic()
+    if 'ref' in args.sides:
+        refenv.ensure(log)
+    probes = {impl: run.probe(impl) for impl in args.sides}
+    for impl, info in probes.items():
+        log(f'{report.LABELS[impl]}: relstorage {info["relstorage"]} from '
+            f'{info["relstorage_file"]}')
+    databases = {b: run.database_for(b, args) for b in args.backends}
+    env = run.environment(
+        probes, {b: d.server_version() for b, d in databases.items()})
+    WORK.mkdir(parents=True, exist_ok=True)
+    lines = ['', 'Environment', '===========', '',
+             report.describe_environment(env), '']
+    warnings = []
+    for impl in args.sides:
+        if Side(impl, 'postgresql', args).zodbpack is None:
+            warnings.append(
+                f'WARNING: {report.LABELS[impl]} has no zodbpack script '
+                f'(--{impl}-zodbpack): it packs with pack_workload.py pack, '
+                f'storage.pack(t, referencesf) in a process of its '
+                f'interpreter.')
+    for w in warnings:
+        log(w)
+    if 'mysql' in args.backends and 'ref' in args.sides:
+        warnings.append(f'NOTE: {mariadb_patch.DESCRIPTION} Its zodbpack '
+                        f'runs unpatched.')
+    lines += warnings + [
+        f'{args.objects:,} documents per build (seed {args.seed}), half of '
+        f'them unreachable; writer: one small commit, then '
+        f'{args.writer_pause:g}s pause, latency from begin to the end of '
+        f'commit; writer alone {args.writer_seconds:g}s; packs to now '
+        f'(--days={args.days:g}), times are the pack process\'s wall time '
+        f'(start-up included); grow: +{args.grow:.0%} of the build.', '']
+    print('\n'.join(lines), flush=True)
+
+    results, checks = {}, []
+    order = [impl for impl in IMPLS if impl in args.sides]
+    index = 0
+    for backend, database in databases.items():
+        for mode in args.modes:
+            records = {}
+            for impl in run.alternate(order, index):
+                records[impl] = one_side(Side(impl, backend, args),
+                                         database, backend, mode, args)
+            index += 1
+            records = {impl: records[impl] for impl in order}
+            results.setdefault(backend, {})[mode] = records
+            text, found = table(backend, mode, records, args)
+            checks += found
+            print('\n'.join(text), flush=True)
+            lines += text
+    if not args.keep_data:
+        for path in WORK.glob('*'):
+            path.unlink()
+        # And the parents when no other run (or run.py) left files there.
+        for path in (WORK, WORK.parent, DATA):
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+    elapsed = time.monotonic() - started
+    tail = []
+    sources = {r['src'] for modes in results.values()
+               for records in modes.values() for r in records.values()
+               if r.get('src')}
+    if len(sources) > 1 or any('changed' in s for s in sources):
+        tail += [f'WARNING: our sources (src/relstorage) changed during the '
+                 f'run: {", ".join(sorted(sources))}', '']
+    tail += verdicts(checks) + ['', f'total run time {elapsed / 60:.1f} min']
+    print('\n'.join(tail), flush=True)
+    document = {
+        'environment': dict(env, git_end=run.git_revision()),
+        'settings': {k: getattr(args, k) for k in (
+            'backends', 'modes', 'sides', 'objects', 'quick', 'seed', 'grow',
+            'writer_seconds', 'writer_pause', 'days', 'ours_zodbpack',
+            'ref_zodbpack')},
+        'results': results,
+        'summary': {b: {m: {impl: figures(r) for impl, r in records.items()}
+                        for m, records in modes.items()}
+                    for b, modes in results.items()},
+        'checks': checks,
+        'elapsed_seconds': elapsed,
+        'report': '\n'.join(lines + tail)}
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1, default=str) + '\n')
+    log(f'results written to {path}')
+    failed = any('error' in r for modes in results.values()
+                 for records in modes.values() for r in records.values())
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
