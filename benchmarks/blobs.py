@@ -251,7 +251,7 @@ def parse_args(argv):
             parser.error(f'--blobs: expected size=count, got {item!r}')
         counts[size] = int(count)
     args.sizes = {size: (SIZES[size][0], counts[size])
-                  for size in names(args.sizes, SIZES, 'size')}
+                  for size in run.choose(parser, args.sizes, SIZES, 'size')}
     return args
 
 
