@@ -24,7 +24,8 @@ pack lock (one pack at a time; zodbpack and storage.pack alike):
 3. **Deletion**, in batches, each its own short write transaction (no
    commit lock: garbage is what no committer can reach, and old revisions
    are rows no committer writes), sized to pack-batch-timeout, with a
-   pause after each to keep to pack-duty-cycle (at most pack-max-delay).
+   pause after each to keep to pack-duty-cycle (at most pack-max-delay)
+   while other clients are committing.
    Before the first batch, and every CATCH_UP_EVERY seconds after, the
    references of revisions committed since the analysis are added, and
    whatever they refer to is reached after all (an undo, or a client
@@ -245,6 +246,9 @@ class _Session:
                 return apply()
             finally:
                 cm.rollback(self.conn, self.cursor)
+
+    def _last_tid(self):
+        return self.read(lambda: self.adapter.poller.last_tid(self.cursor))
 
     def _check_stop(self):
         if self.progress.stop_requested():
@@ -537,7 +541,7 @@ class _Session:
         if run.gc:
             self.catch_up(run)
         self.write(lambda: packer.mark_packed(cursor, run.pack_tid))
-        pacer = _Pacer(options)
+        pacer = _Pacer(options, self._last_tid)
         if run.phase == run.ANALYSED:
             self._batches(
                 run, pacer, 'garbage objects removed',
@@ -600,7 +604,7 @@ class _Session:
         per transaction.  A blob's chunks belong to one revision, and
         uncommitted ones are invisible here."""
         blobs, cursor = self.adapter.blobs, self.cursor
-        pacer = _Pacer(self.options)
+        pacer = _Pacer(self.options, self._last_tid)
         removed = 0
         after = -1
         while True:
@@ -620,14 +624,19 @@ class _Session:
 
 class _Pacer:
     """Batch sizes and pauses: batches of about pack-batch-timeout seconds,
-    each followed by a pause that keeps the work to pack-duty-cycle of the
-    time (never longer than pack-max-delay)."""
+    each followed, while other clients are committing, by a pause that
+    keeps the work to pack-duty-cycle of the time (never longer than
+    pack-max-delay).  ``last_tid()`` tells whether they are: when no
+    transaction was committed since the previous batch, nobody waits for
+    room and the pack goes on at once."""
 
-    def __init__(self, options):
+    def __init__(self, options, last_tid):
         self.target = options.pack_batch_timeout
         self.duty = options.pack_duty_cycle
         self.max_delay = options.pack_max_delay
         self.size = FIRST_BATCH
+        self.last_tid = last_tid
+        self.seen = last_tid()
 
     def pause(self, started):
         busy = time.monotonic() - started
@@ -635,5 +644,7 @@ class _Pacer:
             factor = min(2.0, max(0.25, self.target / busy))
             self.size = int(min(MAX_BATCH, max(MIN_BATCH, self.size * factor)))
         if self.duty < 1.0:
-            time.sleep(min(busy * (1.0 - self.duty) / self.duty,
-                           self.max_delay))
+            seen, self.seen = self.seen, self.last_tid()
+            if self.seen != seen:
+                time.sleep(min(busy * (1.0 - self.duty) / self.duty,
+                               self.max_delay))
