@@ -217,9 +217,6 @@ class _Session:
             pass
         finally:
             self.cm.close(self.conn, self.cursor)
-            # States remembered for conflict resolution may be of packed
-            # revisions.
-            self.storage._recent.clear()
 
     # -- transactions ------------------------------------------------------
 

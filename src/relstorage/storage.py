@@ -777,17 +777,15 @@ class RelStorage(BlobMethods, ConflictResolvingStorage):
 
     # -- misc ----------------------------------------------------------
 
-    def pack(self, t, referencesf, gc=True, prepack_only=None,
-             skip_prepack=None, progress=None):
-        """Pack to time ``t``; the keywords are relstorage's (see
-        relstorage.pack.pack; zodbpack passes them)."""
+    def pack(self, t, referencesf, gc=True, **options):
+        """Pack to time ``t``; ``options`` are relstorage's (prepack_only,
+        skip_prepack, progress: see relstorage.pack.pack)."""
         from relstorage.pack import pack
         if self._options.read_only:
             raise POSException.ReadOnlyError()
         try:
             pack(self, t, referencesf, gc and self._options.pack_gc,
-                 prepack_only=prepack_only, skip_prepack=skip_prepack,
-                 progress=progress)
+                 **options)
         finally:
             # The pack removed revisions and objects without a new
             # transaction, so no poll will report them: forget everything
