@@ -211,3 +211,15 @@ BACKENDS = {
     'mysql-pymysql': lambda: MySQLBackend('PyMySQL'),
 }
 
+
+def query(storage, sql):
+    """The rows of ``sql`` (a list of tuples) on a connection of its own to
+    ``storage``'s database: what is committed now."""
+    cm = storage._adapter.connmanager
+    conn = cm.connect()
+    cursor = conn.cursor()
+    try:
+        cursor.execute(sql)
+        return [tuple(row) for row in cursor.fetchall()]
+    finally:
+        cm.close(conn, cursor)

@@ -20,6 +20,7 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 
 import blob_workers
+from backends import query
 from children import Worker
 from relstorage.blobs import cache
 from relstorage.errors import ConfigurationError
@@ -106,25 +107,13 @@ def _read_blob(db, key):
         conn.close()
 
 
-def _query(storage, sql):
-    """Rows of ``sql`` on a connection of its own (latest committed)."""
-    cm = storage._adapter.connmanager
-    conn = cm.connect()
-    cursor = conn.cursor()
-    try:
-        cursor.execute(sql)
-        return cursor.fetchall()
-    finally:
-        cm.close(conn, cursor)
-
-
 def _blob_rows(storage):
     """``(object_blob rows, blob_chunk rows, orphaned blobs)``: orphans
     counted the way vacuumlo counts large objects, chunks that no row
     refers to."""
-    mapped = _query(storage, 'SELECT COUNT(*) FROM object_blob')[0][0]
-    chunks = _query(storage, 'SELECT COUNT(*) FROM blob_chunk')[0][0]
-    orphans = _query(storage, """
+    mapped = query(storage, 'SELECT COUNT(*) FROM object_blob')[0][0]
+    chunks = query(storage, 'SELECT COUNT(*) FROM blob_chunk')[0][0]
+    orphans = query(storage, """
         SELECT COUNT(DISTINCT c.blob_id) FROM blob_chunk c
         LEFT JOIN object_blob b ON b.blob_id = c.blob_id
         WHERE b.blob_id IS NULL""")[0][0]
@@ -425,7 +414,7 @@ def test_interrupted_pack_leaves_no_orphans_once_run_again(
     assert _blob_rows(storage) == (0, 0, 0)
     if backend.marker == 'postgresql':
         # vacuumlo's check: no large object exists at all.
-        assert _query(storage, 'SELECT COUNT(*) FROM '
+        assert query(storage, 'SELECT COUNT(*) FROM '
                                'pg_largeobject_metadata') == [(0,)]
 
 

@@ -16,6 +16,7 @@ from ZODB.serialize import referencesf
 from ZODB.utils import p64
 from ZODB.utils import u64
 
+from backends import query
 from relstorage.errors import PackError
 from relstorage.errors import PackStopped
 from relstorage.pack import Progress
@@ -53,19 +54,8 @@ ANALYSED = 'revisions analysed for references'
 GARBAGE = 'garbage objects removed'
 
 
-def _query(storage, sql):
-    cm = storage._adapter.connmanager
-    conn = cm.connect()
-    cursor = conn.cursor()
-    try:
-        cursor.execute(sql)
-        return [tuple(row) for row in cursor.fetchall()]
-    finally:
-        cm.close(conn, cursor)
-
-
 def _count(storage, table):
-    return _query(storage, f'SELECT COUNT(*) FROM {table}')[0][0]
+    return query(storage, f'SELECT COUNT(*) FROM {table}')[0][0]
 
 
 def _pack(storage, **kwargs):
@@ -146,7 +136,7 @@ def test_helper_tables_keep_only_what_the_next_pack_needs(open_storage):
     for table in ('pack_run', 'pack_object', 'pack_reached'):
         assert _count(storage, table) == 0, table
     # No reference row of a revision that no longer exists.
-    assert _query(storage, """
+    assert query(storage, """
         SELECT COUNT(*) FROM object_ref r
         LEFT JOIN object_state o ON o.zoid = r.zoid AND o.tid = r.tid
         WHERE o.zoid IS NULL""") == [(0,)]
@@ -243,7 +233,7 @@ def test_a_deletion_stopped_part_way_is_continued(open_storage,
         _pack(storage, progress=stopped)
     gone = [oid for oid in dropped if not _exists(storage, oid)]
     assert 0 < len(gone) < len(dropped)
-    run = _query(storage, 'SELECT phase, upto FROM pack_run')
+    run = query(storage, 'SELECT phase, upto FROM pack_run')
     assert run[0][0] == 1 and run[0][1] >= max(gone)
     rest = Recorder()
     _pack(storage, skip_prepack=True, progress=rest)
