@@ -153,6 +153,9 @@ def pack(storage, t, referencesf, gc=True, prepack_only=None,
         else:
             run = session.analyse(t, gc)
         if run is None:
+            # Nothing to pack; still the data of blobs a pack that was
+            # stopped left behind.
+            session.remove_blob_chunks()
             return
         if prepack_only:
             progress.note('analysis kept for a later pack '
