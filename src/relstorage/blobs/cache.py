@@ -74,23 +74,17 @@ def touch(path):
     return True
 
 
-def hold(file, path):
+def hold(file):
     """Protect the open cached blob ``file`` from the trimmer for as long
-    as it stays open, and record the use.  False if ``path`` was removed
-    (or replaced) between opening and locking: the caller opens it
-    again."""
+    as it stays open, and record the use.  A trim that removed the file
+    between its opening and the lock did no harm: the reader's descriptor
+    still reads the whole blob (cache files are only ever complete, and a
+    path always names the same revision's bytes), and the next reader
+    downloads it again.  (Checking the path again cost a stat per open.)"""
     fd = file.fileno()
     if fcntl is not None:
         fcntl.flock(fd, fcntl.LOCK_SH)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
-    opened = os.fstat(fd)
-    if (st.st_ino, st.st_dev) != (opened.st_ino, opened.st_dev):
-        return False
-    _record_use(fd, opened)
-    return True
+    _record_use(fd, os.fstat(fd))
 
 
 def _remove_unless_open(path):

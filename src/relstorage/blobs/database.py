@@ -80,9 +80,8 @@ class DatabaseBlobs(BlobDirectory):
                 # Not cached (or trimmed just now): download, open again.
                 self._download(storage, oid, tid, path)
                 continue
-            if cache.hold(file, path):
-                return file
-            file.close()
+            cache.hold(file)
+            return file
         raise missing_blob(oid, tid, f'{path} was removed {OPEN_ATTEMPTS} '
                                      f'times before it could be opened')
 
