@@ -53,6 +53,7 @@ setup(
     entry_points={
         'console_scripts': [
             'zodbpack = relstorage.cli.zodbpack:main',
+            'zodbconvert = relstorage.cli.zodbconvert:main',
         ],
     },
     zip_safe=False,

@@ -19,6 +19,8 @@ __all__ = [
     'SchemaError',
     'PackError',
     'PackStopped',
+    'ConvertError',
+    'ConvertStopped',
 ]
 
 
@@ -55,3 +57,15 @@ class PackError(StorageError):
 class PackStopped(Exception):
     """A pack stopped at a batch boundary because it was asked to (zodbpack
     on Ctrl-C).  What it removed stays removed; a later pack goes on."""
+
+
+class ConvertError(StorageError):
+    """A copy (zodbconvert) cannot go on: the destination holds data it was
+    not told to keep or continue, it is not a copy of this source, or a
+    source record cannot be read.  The message names the transaction (and
+    oid) concerned; nothing of that transaction was written."""
+
+
+class ConvertStopped(Exception):
+    """A copy or verification stopped at a transaction boundary because it
+    was asked to (zodbconvert on Ctrl-C); ``--incremental`` goes on."""

@@ -72,6 +72,12 @@ class OIDPool:
             if self._free and self._free[-1] <= oid:
                 self._free = [o for o in self._free if o > oid]
 
+    def forget(self):
+        """Drop every reserved id (the database's allocator was reset)."""
+        with self._lock:
+            self._free = []
+            self.highest = -1
+
     def close_connection(self):
         if self._conn is not None:
             self._adapter.connmanager.close(self._conn, self._cursor)

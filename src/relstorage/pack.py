@@ -52,6 +52,7 @@ from relstorage.adapters.pack import FORMAT
 from relstorage.adapters.pack import RefsState
 from relstorage.errors import PackError
 from relstorage.errors import PackStopped
+from relstorage.progress import Progress
 from relstorage.tids import tid_for_time
 from relstorage.tids import tid_time
 
@@ -69,67 +70,10 @@ MIN_BATCH, MAX_BATCH = 20, 20000
 CATCH_UP_EVERY = 5.0
 #: Blobs whose chunks one transaction removes.
 BLOB_BATCH = 100
-#: Seconds between progress messages in the log.
-LOG_EVERY = 10.0
 
 
 def _when(tid):
     return time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(tid_time(tid)))
-
-
-class Progress:
-    """What a pack reports as it goes.  This one logs; zodbpack's also
-    draws on a terminal.  ``stop_requested`` is asked at every batch
-    boundary."""
-
-    def __init__(self):
-        self.what = None
-        self.total = None
-        self.done = 0
-        self.started = None
-        self._next_log = 0.0
-
-    def phase(self, what, total=None, started=None):
-        """A new phase begins (or began at ``started``, a time.monotonic()
-        value): ``what`` (plural noun phrase), ``total`` of them if
-        known."""
-        self.what, self.total, self.done = what, total, 0
-        self.started = time.monotonic() if started is None else started
-        self._next_log = self.started + LOG_EVERY
-        of = f' ({total:,})' if total is not None else ''
-        log.info('pack: %s%s', what, of)
-
-    def add(self, count):
-        self.done += count
-        now = time.monotonic()
-        if now >= self._next_log:
-            self._next_log = now + LOG_EVERY
-            log.info('pack: %s: %s', self.what, self.describe(now))
-
-    def describe(self, now=None):
-        """``done of total, rate/s, time left`` of the current phase."""
-        now = time.monotonic() if now is None else now
-        elapsed = max(now - self.started, 1e-9)
-        rate = self.done / elapsed
-        text = f'{self.done:,}'
-        if self.total:
-            text += f' of {self.total:,}'
-        text += f', {rate:,.0f}/s'
-        if self.total and rate > 0 and self.done <= self.total:
-            text += f', {(self.total - self.done) / rate:,.0f}s left'
-        return text
-
-    def end_phase(self):
-        if self.what is not None:
-            log.info('pack: %s: %s in %.1fs', self.what,
-                     f'{self.done:,}', time.monotonic() - self.started)
-        self.what = None
-
-    def note(self, message, *args):
-        log.info('pack: ' + message, *args)
-
-    def stop_requested(self):
-        return False
 
 
 def pack(storage, t, referencesf, gc=True, prepack_only=None,

@@ -505,6 +505,27 @@ class RelStorage(BlobMethods, ConflictResolvingStorage):
         with self._lock:
             return self._read_latest('len', self._adapter.mover.object_count)
 
+    def zap_all(self):
+        """Remove every object and transaction, and every blob file of
+        blob-dir: the database is as if new (``zodbconvert --clear``, tests).
+        Other clients of the database must be stopped first; this
+        instance's caches are emptied."""
+        with self._lock:
+            self._check_open()
+            if self._txn is not None:
+                raise POSException.StorageTransactionError(
+                    'zap_all() while a transaction is being committed')
+            self._end_snapshot()
+            self._adapter.schema.zap_all()
+            self._oids.forget()
+            if self._blobs is not None:
+                self._blobs.clear()
+            self._cache.clear()
+            self._recent.clear()
+            self._ltid = z64
+            self._own_tids.clear()
+            self._polled_tid = None
+
     def getSize(self):
         return self._adapter.database_size()
 

@@ -15,6 +15,7 @@ and at abort.  The SQL is the adapter's blob role (``adapters/<db>/blobs.py``).
 """
 import logging
 import os
+import shutil
 import uuid
 
 from ZODB.blob import FilesystemHelper
@@ -107,6 +108,17 @@ class BlobDirectory:
 
     def close(self):
         """Stop what runs in the background (nothing by default)."""
+
+    def clear(self):
+        """Remove every object's blob files (zap_all): the directories of
+        ZODB's layout, found by ``listOIDs``; the layout marker and the
+        tmp directory stay.  Returns how many object directories were
+        removed."""
+        removed = 0
+        for _, oid_dir in list(self.fshelper.listOIDs()):
+            shutil.rmtree(oid_dir, ignore_errors=True)
+            removed += 1
+        return removed
 
     def sweep(self, cursor, pack_tid):
         """After a pack: remove every blob file of a revision at or before

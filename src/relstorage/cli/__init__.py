@@ -13,7 +13,7 @@ import time
 
 import ZConfig
 
-from relstorage.pack import Progress
+from relstorage.progress import Progress
 
 #: Exit statuses.
 OK, FAILED, BAD_INPUT, STOPPED = 0, 1, 2, 130
@@ -31,25 +31,48 @@ class BadInput(Exception):
     """The user's input cannot be used; the message says why."""
 
 
-def load_storage_configs(path):
-    """The storage sections of the ZConfig file ``path``: a list of
-    section values, each with ``open()``.  Raises BadInput."""
+def _read(path):
     try:
         with open(path, encoding='utf-8') as f:
-            text = f.read()
+            return f.read()
     except OSError as e:
         raise BadInput(f'cannot read {path}: {e.strerror}') from None
     except UnicodeDecodeError as e:
         raise BadInput(f'{path} is not a text file: {e}') from None
-    schema = ZConfig.loadSchemaFile(io.StringIO(_SCHEMA))
+
+
+def _load(path, schema_text):
+    text = _read(path)
+    schema = ZConfig.loadSchemaFile(io.StringIO(schema_text))
     try:
         config, _ = ZConfig.loadConfigFile(schema, io.StringIO(text), path)
     except ZConfig.ConfigurationError as e:
         raise BadInput(f'{path}: {_one_line(e)}') from None
+    return config
+
+
+def load_storage_configs(path):
+    """The storage sections of the ZConfig file ``path``: a list of
+    section values, each with ``open()``.  Raises BadInput."""
+    config = _load(path, _SCHEMA)
     if not config.storages:
         raise BadInput(f'{path} has no storage section (such as '
                        f'<relstorage> or <filestorage>)')
     return config.storages
+
+
+def load_named_storages(path, names):
+    """The storage sections named ``names`` (``<filestorage source>``)
+    of the ZConfig file ``path``, in that order; each must be there once.
+    Raises BadInput."""
+    sections = '\n'.join(
+        f'  <section type="ZODB.storage" name="{name}" attribute="{name}"'
+        f' required="yes"/>' for name in names)
+    schema = ('<schema>\n  <import package="ZODB"/>\n'
+              '  <import package="relstorage"/>\n' + sections +
+              '\n</schema>\n')
+    config = _load(path, schema)
+    return [getattr(config, name) for name in names]
 
 
 def _one_line(error):
@@ -93,8 +116,8 @@ class TerminalProgress(Progress):
     #: Seconds between redraws of the live line.
     REDRAW = 0.2
 
-    def __init__(self, stream=None):
-        super().__init__()
+    def __init__(self, stream=None, name='pack'):
+        super().__init__(name)
         self.stream = stream or sys.stderr
         self.live = bool(getattr(self.stream, 'isatty', lambda: False)())
         self._stop = False
@@ -111,15 +134,17 @@ class TerminalProgress(Progress):
             self.stream.write('\r\x1b[K')
             self.stream.flush()
 
-    def phase(self, what, total=None, started=None):
+    def phase(self, what, total=None, started=None, unit=''):
         self._clear()
-        super().phase(what, total, started)
+        super().phase(what, total, started, unit)
         self._drawn = 0.0       # draw at the phase's first count
 
-    def add(self, count):
+    def add(self, count, **tallies):
         if not self.live:
-            return super().add(count)
+            return super().add(count, **tallies)
         self.done += count
+        for key, value in tallies.items():
+            self.tallies[key] = self.tallies.get(key, 0) + value
         now = time.monotonic()
         if now - self._drawn >= self.REDRAW:
             self._drawn = now

@@ -66,6 +66,12 @@ class SQLiteAdapter(Adapter):
         self.path = os.path.join(self.data_dir, DB_FILENAME)
 
     def _configure(self, options):
+        if options.read_only and not os.path.exists(self.path):
+            # A read-only storage creates nothing (zodbconvert --dry-run
+            # opens its destination so).
+            raise ConfigurationError(
+                f'data-dir: {self.data_dir!r} holds no database '
+                f'({DB_FILENAME}), and a read-only storage creates none')
         try:
             os.makedirs(self.data_dir, exist_ok=True)
         except OSError as e:
