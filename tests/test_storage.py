@@ -512,3 +512,47 @@ def test_oid_lists_written_into_statements_are_ints_only():
     assert in_list([5, 7]) == '5,7'
     with pytest.raises(TypeError, match="oid '1' is not an int"):
         in_list([5, '1'])
+
+
+def _restore(storage, tid, oid, value):
+    t = TransactionMetaData()
+    storage.tpc_begin(t, tid)
+    storage.restore(oid, tid, zodb_pickle(MinPO(value)), '', None, t)
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+
+
+def test_restore_batch_commits_its_transactions_together(open_storage):
+    storage = open_storage()
+    reader = open_storage()
+    base = tid_for_time(time.time())
+    tids = [p64(base + i) for i in range(1, 7)]
+    storage.begin_restore_batch()
+    for index in range(3):
+        _restore(storage, tids[index], p64(index + 1), index)
+    assert storage.lastTransaction() == tids[2]
+    reader.sync()
+    assert reader.lastTransaction() == z64     # not committed yet
+    assert storage.commit_restore_batch() == tids[2]
+    reader.sync()
+    assert reader.lastTransaction() == tids[2]
+    # A failed commit rolls back the open batch, not the committed one.
+    _restore(storage, tids[3], p64(4), 3)
+    t = TransactionMetaData()
+    storage.tpc_begin(t, tids[4])
+    storage.restore(p64(5), tids[4], zodb_pickle(MinPO(4)), '', None, t)
+    storage.tpc_abort(t)
+    assert storage.lastTransaction() == tids[2]
+    _restore(storage, tids[5], p64(6), 5)
+    assert storage.end_restore_batch() == tids[5]
+    reader.sync()
+    assert reader.lastTransaction() == tids[5]
+    for oid, tid in ((1, tids[0]), (3, tids[2]), (6, tids[5])):
+        assert reader.load(p64(oid))[1] == tid
+    for oid in (4, 5):
+        with pytest.raises(POSKeyError):
+            reader.load(p64(oid))
+    # Batching ended: a commit is committed at once again.
+    _restore(storage, p64(base + 10), p64(7), 7)
+    reader.sync()
+    assert reader.load(p64(7))[1] == p64(base + 10)

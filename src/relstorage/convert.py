@@ -40,6 +40,12 @@ log = logging.getLogger(__name__)
 
 #: Bytes per read when two blob files are compared.
 COMPARE_CHUNK = 1 << 20
+#: A destination that can restore in batches (relstorage's
+#: begin_restore_batch) commits its database transaction once this many
+#: records, bytes or seconds have gone into it, whichever comes first.
+BATCH_RECORDS = 20000
+BATCH_BYTES = 32 * 1024 * 1024
+BATCH_SECONDS = 2.0
 
 
 def describe_tid(tid):
@@ -179,13 +185,22 @@ class Copier:
         else:
             progress.phase('copying', unit='transactions')
         pending = None      # a skipped (empty) transaction not committed
+        batch = _Batch(self.destination)
         try:
             for txn in self.source.iterator(start=self.plan.start):
                 if progress.stop_requested():
+                    batch.end()
                     raise ConvertStopped(
                         f'stopped before transaction {describe_tid(txn.tid)}'
                         f'; {self.transactions:,} transactions copied')
-                copied, nbytes, blobs = self._copy(txn)
+                try:
+                    copied, nbytes, blobs = self._copy(txn)
+                except ConvertError:
+                    # The source cannot be read: the transactions before
+                    # this one are whole, and kept.
+                    batch.end()
+                    raise
+                batch.added(copied or 0, nbytes)
                 if copied is None:
                     pending = txn
                     self.skipped += 1
@@ -209,6 +224,7 @@ class Copier:
                 self._commit(pending, [])
                 self.transactions += 1
                 self.last = pending.tid
+            batch.end()
         finally:
             progress.end_phase()
             if self.blob_dir is not None:
@@ -322,6 +338,40 @@ class Copier:
         except OSError:
             shutil.copyfile(path, target)
         return target
+
+
+class _Batch:
+    """Restore batches of a destination that has them: a database
+    transaction holds several copied transactions, committed by size and
+    time (an error rolls back the open batch, which --incremental copies
+    again)."""
+
+    def __init__(self, destination):
+        self.destination = destination
+        begin = getattr(destination, 'begin_restore_batch', None)
+        self.on = begin is not None
+        if self.on:
+            begin()
+        self._reset()
+
+    def _reset(self):
+        self.records = self.bytes = 0
+        self.started = time.monotonic()
+
+    def added(self, records, nbytes):
+        if not self.on:
+            return
+        self.records += records
+        self.bytes += nbytes
+        if (self.records >= BATCH_RECORDS or self.bytes >= BATCH_BYTES
+                or time.monotonic() - self.started >= BATCH_SECONDS):
+            self.destination.commit_restore_batch()
+            self._reset()
+
+    def end(self):
+        if self.on:
+            self.on = False
+            self.destination.end_restore_batch()
 
 
 def copy(source, destination, incremental=False, progress=None):

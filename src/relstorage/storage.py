@@ -32,6 +32,7 @@ from ZODB.interfaces import IStorageIteration
 from ZODB.interfaces import IStorageRestoreable
 from ZODB.interfaces import IStorageUndoable
 from ZODB.utils import p64
+from ZODB.utils import tid_repr
 from ZODB.utils import z64
 
 from relstorage import undo as _undo
@@ -160,6 +161,11 @@ class RelStorage(BlobMethods, ConflictResolvingStorage):
         self._txn = None
         self._ltid = z64               # last tid committed by this instance
         self._own_tids = set()         # committed here since the last poll
+        # Restore batches (begin_restore_batch): on, and the last tid
+        # committed to the database when the open batch began (None: no
+        # database transaction holds finished commits).
+        self._batching = False
+        self._batch_from = None
 
     def new_instance(self):
         other = type(self).__new__(type(self))
@@ -606,7 +612,11 @@ class RelStorage(BlobMethods, ConflictResolvingStorage):
                         f'{self._name}: another thread kept this storage '
                         f'committing for longer than commit-lock-timeout '
                         f'({self._options.commit_lock_timeout:g}s)')
-            cursor = self._begin_store()
+            if self._batch_from is not None:
+                # The restore batch's database transaction goes on.
+                cursor = self._store_cursor
+            else:
+                cursor = self._begin_store()
             self._txn = PendingTransaction(
                 self._adapter, self._store_conn, cursor, transaction,
                 requested, status, self._blobs)
@@ -702,14 +712,19 @@ class RelStorage(BlobMethods, ConflictResolvingStorage):
             txn = self._pending(transaction)
             if not txn.voted:
                 self.tpc_vote(transaction)
+            batch = self._batching and txn.requested_tid is not None
             with self._adapter.connmanager.translate():
-                tid = txn.finish(self._oids.highest)
+                tid = txn.finish(self._oids.highest, commit=not batch)
+            if batch and self._batch_from is None:
+                self._batch_from = self._ltid
             if txn.blobs is not None:
                 txn.blobs.committed(tid)
             self._ltid = tid_bytes = p64(tid)
             self._own_tids.add(tid)
             committed = txn.committed_states()
-            self._cache.store_committed(tid, committed)
+            if not batch:
+                # (A batch's states are not committed yet: not cached.)
+                self._cache.store_committed(tid, committed)
             if not self._options.keep_history:
                 for oid, prev_tid in txn.deletions().items():
                     self._recent.deleted(oid, prev_tid, tid)
@@ -740,10 +755,58 @@ class RelStorage(BlobMethods, ConflictResolvingStorage):
             if self._store_conn is not None:
                 self._adapter.connmanager.rollback(
                     self._store_conn, self._store_cursor)
+            if self._batch_from is not None:
+                # The batch's finished commits went with the rollback.
+                log.warning('%s: the restore batch was rolled back; the '
+                            'last transaction committed is %s', self._name,
+                            tid_repr(self._batch_from))
+                self._ltid = self._batch_from
+                self._batch_from = None
         finally:
             self._txn = None
             self._end_snapshot()
             self._commit_done.notify_all()
+
+    # -- restore batches ------------------------------------------------
+
+    def begin_restore_batch(self):
+        """Let commits that restore transactions (``tpc_begin`` with a tid,
+        as ``zodbconvert`` does) share one database transaction, committed
+        by ``commit_restore_batch``: a bulk copy then pays one COMMIT per
+        batch, not per transaction.  Until that commit, no other client
+        sees the batch and this one holds the commit lock (and, on SQLite,
+        the database's write lock); an abort (tpc_abort, or an error in
+        any commit) rolls back every transaction of the batch, and
+        ``lastTransaction`` goes back to what was committed before it."""
+        with self._lock:
+            self._check_open()
+            self._batching = True
+
+    def commit_restore_batch(self):
+        """Commit the transactions restored since the batch began (or was
+        last committed); the batch goes on.  Returns the last tid
+        committed (bytes)."""
+        with self._lock:
+            if self._txn is not None:
+                raise POSException.StorageTransactionError(
+                    'commit_restore_batch() inside a commit')
+            self._commit_batch()
+            return self._ltid
+
+    def _commit_batch(self):
+        if self._batch_from is not None:
+            with self._adapter.connmanager.translate():
+                self._adapter.connmanager.commit(
+                    self._store_conn, self._store_cursor)
+            self._batch_from = None
+
+    def end_restore_batch(self):
+        """Commit what the batch holds and stop batching."""
+        with self._lock:
+            try:
+                return self.commit_restore_batch()
+            finally:
+                self._batching = False
 
     def tpc_transaction(self):
         txn = self._txn

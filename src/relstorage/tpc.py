@@ -243,13 +243,15 @@ class PendingTransaction:
 
     # -- phase 3 -------------------------------------------------------
 
-    def finish(self, allocated_through=None):
+    def finish(self, allocated_through=None, commit=True):
         """Publish under the commit lock and commit; returns the int tid.
         Oids above ``allocated_through`` (the highest the allocator handed
-        this process) move the allocator past them."""
+        this process) move the allocator past them.  With ``commit`` false
+        (a restore batch) the database transaction stays open, its staging
+        table emptied for the next commit."""
         adapter, cursor = self.adapter, self.cursor
-        simple = (self.requested_tid is None and not self.superseded
-                  and not self.blobs and (
+        simple = (commit and self.requested_tid is None
+                  and not self.superseded and not self.blobs and (
                       self.max_oid < 0 or allocated_through is None
                       or self.max_oid <= allocated_through))
         if simple and adapter.txncontrol.finish_and_commit is not None:
@@ -286,7 +288,10 @@ class PendingTransaction:
             adapter.oids.ensure_above(cursor, self.max_oid)
         if self.blobs:
             self.blobs.publish(cursor, tid)
-        adapter.connmanager.commit(self.conn, cursor)
+        if commit:
+            adapter.connmanager.commit(self.conn, cursor)
+        else:
+            adapter.mover.empty_temp(cursor)
         return tid
 
     def deletions(self):

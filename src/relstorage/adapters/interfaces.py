@@ -223,6 +223,10 @@ class IObjectMover(Interface):
         """Empty the commit's staging table (called before the commit's
         transaction starts)."""
 
+    def empty_temp(cursor):
+        """Empty the staging table inside the current transaction, which
+        goes on (a restore batch: the next commit shares it)."""
+
     def upload_temp(cursor, rows, replace=()):
         """Add pending rows
         ``(oid, prev_tid or None, state or None, data_txn, ord)`` to the

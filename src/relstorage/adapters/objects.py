@@ -95,6 +95,11 @@ class ObjectMover:
     def clear_temp(self, cursor):
         cursor.execute(self.CLEAR_TEMP)
 
+    def empty_temp(self, cursor):
+        # Every adapter stages in temp_store; a DELETE stays inside the
+        # transaction (MySQL's TRUNCATE would commit it).
+        cursor.execute('DELETE FROM temp_store')
+
     def upload_temp(self, cursor, rows, replace=()):
         # UPLOAD_TEMP replaces rows of oids in ``replace`` by itself.
         cursor.executemany(self.UPLOAD_TEMP, [

@@ -125,6 +125,11 @@ class SQLiteConnectionManager(ConnectionManager):
     def begin_write(self, cursor, what):
         """Take SQLite's database-wide write lock, waiting at most the lock
         timeout; ``what`` names the work for the error message."""
+        if cursor.connection.in_transaction:
+            # A restore batch: this connection's write transaction, which
+            # holds the lock, goes on (store connections run in autocommit
+            # mode otherwise, so no other transaction is open here).
+            return
         with self.translate(what):
             cursor.execute('BEGIN IMMEDIATE')
 
