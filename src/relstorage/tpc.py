@@ -266,6 +266,11 @@ class PendingTransaction:
                 self.status, rows=[(oid, prev_tid, state, data_txn)
                                    for oid, (prev_tid, state, data_txn)
                                    in self._rows.items()])
+        if (self.requested_tid is not None and not self.superseded
+                and not self.blobs
+                and adapter.txncontrol.finish_restore is not None):
+            # A restore: the whole step in one call here too.
+            return self._finish_restore(allocated_through, commit)
         if self._inline:
             # Voted without staging; the step-by-step path moves staged rows.
             self.upload()
@@ -291,6 +296,25 @@ class PendingTransaction:
         if commit:
             adapter.connmanager.commit(self.conn, cursor)
         else:
+            adapter.mover.empty_temp(cursor)
+        return tid
+
+    def _finish_restore(self, allocated_through, commit):
+        adapter, cursor = self.adapter, self.cursor
+        if self.max_oid >= 0 and (allocated_through is None
+                                  or self.max_oid > allocated_through):
+            adapter.oids.ensure_above(cursor, self.max_oid)
+        rows = None
+        if self._inline:
+            rows = [(oid, prev_tid, state, data_txn)
+                    for oid, (prev_tid, state, data_txn)
+                    in self._rows.items()]
+        tid = adapter.txncontrol.finish_restore(
+            cursor, self.requested_tid, self.user, self.description,
+            self.extension, self.status, rows=rows)
+        if commit:
+            adapter.connmanager.commit(self.conn, cursor)
+        elif rows is None:
             adapter.mover.empty_temp(cursor)
         return tid
 

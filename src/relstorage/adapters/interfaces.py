@@ -320,6 +320,15 @@ class ITransactionControl(Interface):
         "``[(oid, prev_tid or None, state or None, data_txn)]`` in store "
         "order, the commit's rows, which were not staged.")
 
+    finish_restore = Attribute(
+        "None, or a callable ``(cursor, tid, user, description, extension, "
+        "status, rows=None) -> tid`` that runs the last step of a restore "
+        "(commit lock, check that ``tid`` follows the last committed tid, "
+        "else StorageTransactionError; record, move the staged rows or "
+        "``rows`` as for finish_and_commit) in one call, without the "
+        "COMMIT: the caller commits, or goes on with a restore batch.  Not "
+        "used for restores that carry blobs or two records of one object.")
+
     inline_limit = Attribute(
         "None, or ``(rows, bytes)``: a commit of at most that many rows and "
         "pickle bytes is not staged; its rows go to finish_and_commit.  "

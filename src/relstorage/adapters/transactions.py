@@ -19,6 +19,10 @@ class TransactionControl:
     #: takes as an argument instead of from the staging table; None: it
     #: never does.
     inline_limit = None
+    #: The last step of a restore (the caller's tid) in one call, without
+    #: the COMMIT, where the database allows it (see ITransactionControl);
+    #: None: the core runs the steps.
+    finish_restore = None
 
     def record_transaction(self, cursor, tid, user, description, extension,
                            status):

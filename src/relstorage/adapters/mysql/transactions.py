@@ -58,6 +58,18 @@ class _MySQLTransactionControl(TransactionControl):
             + self._tail)
         self._move_rows = move_rows
         self.inline_limit = self.INLINE_LIMIT
+        # A restore (finish_restore): the caller's tid, no COMMIT.  The
+        # commit lock's row is read first; a tid that does not follow it
+        # fails after the batch, and the caller's rollback undoes it.
+        self._restore_head = [
+            'SELECT tid FROM commit_row WHERE id = 0 FOR UPDATE',
+            'SET @relstorage_tid = %s']
+        if self.INSERT_TRANSACTION is not None:
+            self._restore_head.append(_with_tid(self.INSERT_TRANSACTION))
+        self._restore_tail = [_with_tid(self.UPDATE_LAST_TID)]
+        self._restore = ';\n'.join(
+            self._restore_head + [_with_tid(s) for s in move_statements]
+            + self._restore_tail)
 
     def finish_and_commit(self, cursor, user, description, extension,
                           status, rows=None):
@@ -70,6 +82,24 @@ class _MySQLTransactionControl(TransactionControl):
             self._head + self._move_rows(rows) + self._tail)
         last = run_batch(cursor, batch, params)[-1]
         return int(last[0][0])
+
+
+    def finish_restore(self, cursor, tid, user, description, extension,
+                       status, rows=None):
+        """The last step of a restore at ``tid`` in one round trip, without
+        the COMMIT; returns the tid."""
+        params = (tid,)
+        if self.INSERT_TRANSACTION is not None:
+            params += (status == 'p', user, description, extension)
+        batch = self._restore if rows is None else ';\n'.join(
+            self._restore_head + self._move_rows(rows) + self._restore_tail)
+        last = int(run_batch(cursor, batch, params)[0][0][0])
+        if tid <= last:
+            from ZODB.POSException import StorageTransactionError
+            raise StorageTransactionError(
+                f'cannot commit with tid {tid}: it is not later than the '
+                f'last committed tid {last}')
+        return tid
 
 
 class HistoryPreservingTransactionControl(_MySQLTransactionControl):

@@ -61,6 +61,12 @@ class _PostgreSQLMover(ObjectMover):
         # an aborted commit staged: it is empty at every tpc_begin.
         pass
 
+    def empty_temp(self, cursor):
+        # TRUNCATE (transactional here): a DELETE would leave dead rows
+        # that every later statement of a long restore batch scans again
+        # (each one went from about 0.1 to 0.5 ms over 800 commits).
+        cursor.execute('TRUNCATE temp_store')
+
     def load_currents(self, cursor, oids):
         self.driver.execute_prepared(
             cursor, self._load_currents, (oid_array(oids),))

@@ -56,6 +56,27 @@ BEGIN
 END
 $body$"""
 
+# The same step for a restore (zodbconvert): the tid is the caller's, and
+# must follow the last one; no COMMIT (a restore batch goes on).
+_RESTORE = """
+CREATE OR REPLACE FUNCTION pg_temp.{name}(
+    new_tid BIGINT, p_user BYTEA, p_description BYTEA, p_extension BYTEA,
+    p_packed BOOLEAN{args})
+RETURNS BIGINT LANGUAGE plpgsql AS $body$
+DECLARE
+    last_tid BIGINT;
+BEGIN
+    SELECT tid INTO last_tid FROM commit_row WHERE id = 0 FOR UPDATE;
+    IF new_tid <= last_tid THEN
+        RAISE EXCEPTION 'cannot commit with tid %: it is not later than '
+            'the last committed tid %', new_tid, last_tid
+            USING ERRCODE = 'RS001';
+    END IF;
+{statements}
+    RETURN new_tid;
+END
+$body$"""
+
 # The rows of a small commit as the move statements' source: the columns
 # of the staging table, from the function's arrays (in store order).
 _ROW_ARGS = (', p_oids BIGINT[], p_prev_tids BIGINT[], p_states BYTEA[], '
@@ -85,6 +106,10 @@ class _PostgreSQLTransactionControl(TransactionControl):
     FINISH_ROWS_CALL = (
         'SELECT pg_temp.relstorage_finish_rows(%s, %s, %s, %s, '
         '%s::bigint[], %s::bigint[], %s::bytea[], %s::bigint[])')
+    RESTORE_CALL = 'SELECT pg_temp.relstorage_restore(%s, %s, %s, %s, %s)'
+    RESTORE_ROWS_CALL = (
+        'SELECT pg_temp.relstorage_restore_rows(%s, %s, %s, %s, %s, '
+        '%s::bigint[], %s::bigint[], %s::bytea[], %s::bigint[])')
     #: The largest commit (rows, pickle bytes) that finishes without the
     #: staging table (see the module's docstring).
     INLINE_LIMIT = (200, 40 * 1024)
@@ -93,14 +118,19 @@ class _PostgreSQLTransactionControl(TransactionControl):
         """``move_statements`` take the staged rows from ``{staged}``."""
         self.driver = driver
         self.inline_limit = self.INLINE_LIMIT
-        #: Run by every store session when it opens: both functions.
+        #: Run by every store session when it opens: the four functions.
         self.session_setup = [
             self._function('relstorage_finish', '', move_statements,
                            'temp_store'),
             self._function('relstorage_finish_rows', _ROW_ARGS,
-                           move_statements, _ROWS)]
+                           move_statements, _ROWS),
+            self._function('relstorage_restore', '', move_statements,
+                           'temp_store', _RESTORE),
+            self._function('relstorage_restore_rows', _ROW_ARGS,
+                           move_statements, _ROWS, _RESTORE)]
 
-    def _function(self, name, args, move_statements, staged):
+    def _function(self, name, args, move_statements, staged,
+                  template=_FINISH):
         statements = []
         if self.INSERT_TRANSACTION is not None:
             statements.append(_as_function(
@@ -109,7 +139,7 @@ class _PostgreSQLTransactionControl(TransactionControl):
         statements += [_as_function(s.format(staged=staged), 'new_tid')
                        for s in move_statements]
         statements.append(_as_function(self.UPDATE_LAST_TID, 'new_tid'))
-        return _FINISH.format(
+        return template.format(
             name=name, args=args, tid_of_now=_TID_OF_NOW,
             statements='\n'.join(statements))
 
@@ -126,6 +156,31 @@ class _PostgreSQLTransactionControl(TransactionControl):
                 bigint_array([row[1] for row in rows]),
                 bytea_array([row[2] for row in rows]),
                 oid_array([row[3] for row in rows])))
+
+
+    def finish_restore(self, cursor, tid, user, description, extension,
+                       status, rows=None):
+        """The last step of a restore at ``tid`` (the rows staged, or
+        ``rows``), without the COMMIT; returns the tid."""
+        params = (tid, user, description, extension, status == 'p')
+        try:
+            if rows is None:
+                cursor.execute(self.RESTORE_CALL, params)
+            else:
+                cursor.execute(self.RESTORE_ROWS_CALL, params + (
+                    oid_array([row[0] for row in rows]),
+                    bigint_array([row[1] for row in rows]),
+                    bytea_array([row[2] for row in rows]),
+                    oid_array([row[3] for row in rows])))
+        except self.driver.Error as e:
+            if getattr(e, 'pgcode', None) != 'RS001' and getattr(
+                    getattr(e, 'diag', None), 'sqlstate', None) != 'RS001':
+                raise
+            from ZODB.POSException import StorageTransactionError
+            raise StorageTransactionError(
+                str(getattr(e, 'diag', None) and e.diag.message_primary
+                    or e).strip()) from None
+        return cursor.fetchone()[0]
 
 
 class HistoryPreservingTransactionControl(_PostgreSQLTransactionControl):
