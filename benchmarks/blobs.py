@@ -43,7 +43,7 @@ BLOB_DIRS = DATA / 'blob-dirs'
 MODES = {'shared': True, 'cached': False}
 #: size name -> (bytes, blobs per measurement by default)
 SIZES = {'10k': (10 * 2**10, 500), '1m': (2**20, 100),
-         '100m': (100 * 2**20, 3)}
+         '100m': (100 * 2**20, 5)}
 PHASES = (('store', 'store (commit)'), ('load_cold', 'load, cold'),
           ('load_warm', 'load, warm'))
 SERVER_BACKENDS = ('postgresql', 'mysql')
@@ -251,7 +251,7 @@ def parse_args(argv):
                         'figures are the medians')
     parser.add_argument('--blobs', default='',
                         help='blobs per measurement, e.g. 100m=2,1m=50 '
-                        '(default 10k=500, 1m=100, 100m=3)')
+                        '(default 10k=500, 1m=100, 100m=5)')
     run.add_server_options(parser)
     parser.add_argument('--sqlite-synchronous', default='default',
                         choices=('default', 'off', 'normal', 'full'),
