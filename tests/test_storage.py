@@ -556,3 +556,32 @@ def test_restore_batch_commits_its_transactions_together(open_storage):
     _restore(storage, p64(base + 10), p64(7), 7)
     reader.sync()
     assert reader.load(p64(7))[1] == p64(base + 10)
+
+
+def test_restore_batch_with_blobs_after_new_oids(open_storage, tmp_path):
+    """A blob restored in a batch takes its blob id from the id
+    allocator's own connection; a batch that moved the allocator past a
+    restored oid holds locks that connection waits for (MySQL's allocator
+    rows, SQLite's write lock) unless the batch commits first."""
+    storage = open_storage(blob_dir=str(tmp_path / 'blobs'),
+                           shared_blob_dir=False, commit_lock_timeout=5)
+    base = tid_for_time(time.time())
+    storage.begin_restore_batch()
+    # A high oid: the finish moves the allocator past it (MySQL: to block
+    # 99, so that the next reservation, block 100, also deletes the old
+    # blocks, the row the batch wrote among them).
+    _restore(storage, p64(base + 1), p64(9850), 1)
+    storage._oids.forget()      # the next id needs a reservation
+    blob = tmp_path / 'blob'
+    blob.write_bytes(b'blob data')
+    t = TransactionMetaData()
+    storage.tpc_begin(t, p64(base + 2))
+    from ZODB.blob import Blob
+    from ZODB.tests.StorageTestBase import zodb_pickle as pickle_of
+    storage.restoreBlob(p64(9851), p64(base + 2), pickle_of(Blob()),
+                        str(blob), None, t)
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+    assert storage.end_restore_batch() == p64(base + 2)
+    with open(storage.loadBlob(p64(9851), p64(base + 2)), 'rb') as f:
+        assert f.read() == b'blob data'

@@ -52,12 +52,13 @@ class BlobMethods:
         oid_int = id_to_int(oid, 'oid')
         blobs = self._blob_support('restoreBlob', oid_int)
         with self._lock:
-            if (self._batch_from is not None and blobs.in_database and
-                    self._adapter.capabilities.database_wide_write_lock):
-                # The blob's id comes from the id allocator's connection,
-                # which needs the write lock the batch holds: the batch's
-                # finished transactions are committed first (this one's
-                # rows are not written before its vote).
+            if self._batch_from is not None and blobs.in_database:
+                # The blob's id comes from the id allocator's own
+                # connection, which may wait for locks the batch holds
+                # (SQLite's write lock; on MySQL the allocator's rows that
+                # ensure_above wrote): the batch's finished transactions
+                # are committed first (this one's rows are not written
+                # before its vote).
                 self._commit_batch()
             self.restore(oid, serial, data, '', prev_txn, transaction)
             self._txn.pending_blobs().store(oid_int, blobfilename)
