@@ -577,11 +577,19 @@ def test_restore_batch_with_blobs_after_new_oids(open_storage, tmp_path):
     t = TransactionMetaData()
     storage.tpc_begin(t, p64(base + 2))
     from ZODB.blob import Blob
-    from ZODB.tests.StorageTestBase import zodb_pickle as pickle_of
-    storage.restoreBlob(p64(9851), p64(base + 2), pickle_of(Blob()),
+    storage.restore(p64(9852), p64(base + 2), zodb_pickle(MinPO(2)), '',
+                    None, t)
+    storage.restoreBlob(p64(9851), p64(base + 2), zodb_pickle(Blob()),
                         str(blob), None, t)
     storage.tpc_vote(t)
     storage.tpc_finish(t)
     assert storage.end_restore_batch() == p64(base + 2)
-    with open(storage.loadBlob(p64(9851), p64(base + 2)), 'rb') as f:
+    # Every record of both transactions is there (the blob's transaction
+    # went on after the batch committed under it).
+    reader = open_storage(blob_dir=str(tmp_path / 'blobs2'),
+                          shared_blob_dir=False)
+    assert reader.load(p64(9850))[1] == p64(base + 1)
+    assert reader.load(p64(9852))[1] == p64(base + 2)
+    assert reader.load(p64(9851))[1] == p64(base + 2)
+    with open(reader.loadBlob(p64(9851), p64(base + 2)), 'rb') as f:
         assert f.read() == b'blob data'

@@ -793,11 +793,15 @@ class RelStorage(BlobMethods, ConflictResolvingStorage):
             self._commit_batch()
             return self._ltid
 
-    def _commit_batch(self):
+    def _commit_batch(self, resume=False):
+        """Commit the open batch.  ``resume``: inside a commit, whose
+        database transaction then begins again (what is staged stays)."""
         if self._batch_from is not None:
-            with self._adapter.connmanager.translate():
-                self._adapter.connmanager.commit(
-                    self._store_conn, self._store_cursor)
+            cm = self._adapter.connmanager
+            with cm.translate():
+                cm.commit(self._store_conn, self._store_cursor)
+                if resume:
+                    cm.begin_store(None, self._store_cursor)
             self._batch_from = None
 
     def end_restore_batch(self):

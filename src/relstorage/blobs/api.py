@@ -58,8 +58,9 @@ class BlobMethods:
                 # (SQLite's write lock; on MySQL the allocator's rows that
                 # ensure_above wrote): the batch's finished transactions
                 # are committed first (this one's rows are not written
-                # before its vote).
-                self._commit_batch()
+                # before its vote), and its database transaction begins
+                # again.
+                self._commit_batch(resume=True)
             self.restore(oid, serial, data, '', prev_txn, transaction)
             self._txn.pending_blobs().store(oid_int, blobfilename)
 
