@@ -52,14 +52,13 @@ class BlobMethods:
         oid_int = id_to_int(oid, 'oid')
         blobs = self._blob_support('restoreBlob', oid_int)
         with self._lock:
-            if self._batch_from is not None and blobs.in_database:
+            if (self._batch_from is not None and blobs.in_database and
+                    self._adapter.capabilities.database_wide_write_lock):
                 # The blob's id comes from the id allocator's own
-                # connection, which may wait for locks the batch holds
-                # (SQLite's write lock; on MySQL the allocator's rows that
-                # ensure_above wrote): the batch's finished transactions
-                # are committed first (this one's rows are not written
-                # before its vote), and its database transaction begins
-                # again.
+                # connection, which needs the write lock the batch holds
+                # (SQLite): the batch's finished transactions are committed
+                # first (this one's rows are not written before its vote),
+                # and its database transaction begins again.
                 self._commit_batch(resume=True)
             self.restore(oid, serial, data, '', prev_txn, transaction)
             self._txn.pending_blobs().store(oid_int, blobfilename)

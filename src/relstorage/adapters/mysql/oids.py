@@ -21,9 +21,16 @@ class MySQLOIDAllocator(OIDAllocator):
             * blocks))]
         highest = max(numbers)
         if highest // 100 != (highest - len(numbers)) // 100:
-            # Keep the table small; AUTO_INCREMENT keeps counting.
-            cursor.execute('DELETE FROM new_oid WHERE block < %s',
-                           (highest,))
+            # Keep the table small; AUTO_INCREMENT keeps counting.  Rows
+            # another transaction holds are left for a later round: a
+            # restore batch (zodbconvert) holds the one its ensure_above
+            # wrote until it commits, and a plain DELETE waited for it.
+            cursor.execute('SELECT block FROM new_oid WHERE block < %s '
+                           'FOR UPDATE SKIP LOCKED', (highest,))
+            old = [row[0] for row in cursor.fetchall()]
+            if old:
+                cursor.execute('DELETE FROM new_oid WHERE block IN (%s)'
+                               % ','.join('%d' % block for block in old))
         oids = []
         for block in sorted(numbers):
             first = (block - 1) * self.BLOCK + 1
