@@ -65,6 +65,24 @@ class OIDPool:
             self.close_connection()
             raise
 
+    def ensure_above(self, oid):
+        """Move the database's allocator past ``oid`` on this pool's own
+        connection (see ensure_above_own_connection)."""
+        cm = self._adapter.connmanager
+        with self._lock:
+            def ensure():
+                if self._conn is None:
+                    self._conn, self._cursor = cm.open_store()
+                self._adapter.oids.ensure_above(self._cursor, oid)
+            try:
+                with cm.translate('allocating object ids'):
+                    retry_if_disconnected(
+                        cm, 'allocating object ids', ensure,
+                        self.close_connection)
+            except BaseException:
+                self.close_connection()
+                raise
+
     def discard_through(self, oid):
         """Forget reserved ids up to ``oid`` (they were used by restore)."""
         with self._lock:

@@ -619,7 +619,7 @@ class RelStorage(BlobMethods, ConflictResolvingStorage):
                 cursor = self._begin_store()
             self._txn = PendingTransaction(
                 self._adapter, self._store_conn, cursor, transaction,
-                requested, status, self._blobs)
+                requested, status, self._blobs, self._oids)
 
     def _begin_store(self):
         """Start the database transaction of a commit; a connection the

@@ -56,8 +56,10 @@ class PendingTransaction:
     tpc_finish or tpc_abort."""
 
     def __init__(self, adapter, conn, cursor, transaction, tid=None,
-                 status=' ', blob_support=None):
+                 status=' ', blob_support=None, oid_pool=None):
         self.adapter = adapter
+        #: The storage's relstorage.oidpool.OIDPool (for ensure_above).
+        self.oid_pool = oid_pool
         #: The storage's relstorage.blobs support, or None (no blob-dir).
         self.blob_support = blob_support
         self.conn = conn
@@ -290,7 +292,7 @@ class PendingTransaction:
                                   or self.max_oid > allocated_through):
             # Only oids the allocator never handed out (restore, explicit
             # oids) need it; ordinary commits leave it alone.
-            adapter.oids.ensure_above(cursor, self.max_oid)
+            self._ensure_above(self.max_oid)
         if self.blobs:
             self.blobs.publish(cursor, tid)
         if commit:
@@ -303,7 +305,7 @@ class PendingTransaction:
         adapter, cursor = self.adapter, self.cursor
         if self.max_oid >= 0 and (allocated_through is None
                                   or self.max_oid > allocated_through):
-            adapter.oids.ensure_above(cursor, self.max_oid)
+            self._ensure_above(self.max_oid)
         rows = None
         if self._inline:
             rows = [(oid, prev_tid, state, data_txn)
@@ -317,6 +319,13 @@ class PendingTransaction:
         elif rows is None:
             adapter.mover.empty_temp(cursor)
         return tid
+
+    def _ensure_above(self, oid):
+        adapter = self.adapter
+        if adapter.oids.ensure_above_own_connection:
+            self.oid_pool.ensure_above(oid)
+        else:
+            adapter.oids.ensure_above(self.cursor, oid)
 
     def deletions(self):
         """``{oid: prev_tid}`` of the objects this commit deletes

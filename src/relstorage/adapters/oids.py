@@ -12,6 +12,9 @@ class OIDAllocator:
     #: (next_oid, oid): raise the counter to ``next_oid`` if it is at or
     #: below ``oid``.
     ENSURE_ABOVE = None
+    #: True: ensure_above runs on a connection of its own, outside the
+    #: commit's transaction (the id pool's).
+    ensure_above_own_connection = False
 
     def new_oids(self, cursor, blocks=1):
         raise NotImplementedError

@@ -7,6 +7,14 @@ from .connection import run_batch
 
 class MySQLOIDAllocator(OIDAllocator):
 
+    # ensure_above runs on the id pool's own connection (autocommit), not
+    # in the commit's transaction: a row of new_oid written there stayed
+    # locked until that transaction ended, and a restore batch
+    # (zodbconvert) lasts seconds, so the pool's clean-up DELETE waited
+    # for it (SKIP LOCKED did not see the lock of a row just inserted).
+    # AUTO_INCREMENT does not go back at a rollback anyway.
+    ensure_above_own_connection = True
+
     # Block n holds the ids (n - 1) * 100 + 1 .. n * 100.  Inserting the
     # block of ``oid`` moves AUTO_INCREMENT past it (params: block, ignored).
     ENSURE_ABOVE = 'INSERT IGNORE INTO new_oid (block) VALUES (%s)'
@@ -21,16 +29,9 @@ class MySQLOIDAllocator(OIDAllocator):
             * blocks))]
         highest = max(numbers)
         if highest // 100 != (highest - len(numbers)) // 100:
-            # Keep the table small; AUTO_INCREMENT keeps counting.  Rows
-            # another transaction holds are left for a later round: a
-            # restore batch (zodbconvert) holds the one its ensure_above
-            # wrote until it commits, and a plain DELETE waited for it.
-            cursor.execute('SELECT block FROM new_oid WHERE block < %s '
-                           'FOR UPDATE SKIP LOCKED', (highest,))
-            old = [row[0] for row in cursor.fetchall()]
-            if old:
-                cursor.execute('DELETE FROM new_oid WHERE block IN (%s)'
-                               % ','.join('%d' % block for block in old))
+            # Keep the table small; AUTO_INCREMENT keeps counting.
+            cursor.execute('DELETE FROM new_oid WHERE block < %s',
+                           (highest,))
         oids = []
         for block in sorted(numbers):
             first = (block - 1) * self.BLOCK + 1
