@@ -159,6 +159,43 @@ class SQLite:
 CACHE_LOCAL_MB = None
 
 
+def open_tables(database, backend, name):
+    """A connection to the database ``name`` of ``backend``, its tables
+    and how a table's name is quoted (``'"{}"'``)."""
+    if backend == 'sqlite':
+        import sqlite3
+        # Each implementation names its files its own way; the one with
+        # object_state is the one.
+        for path in sorted(database.path(name).glob('*.sqlite3')):
+            conn = sqlite3.connect(str(path))
+            tables = [row[0] for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")]
+            if 'object_state' in tables:
+                return conn, sorted(tables), '"{}"'
+            conn.close()
+        raise RuntimeError(f'no SQLite file with an object_state table '
+                             f'in {database.path(name)}')
+    if backend == 'postgresql':
+        conn = database.psycopg2.connect(database.dsn(name))
+        listing = ("SELECT table_name FROM information_schema.tables WHERE "
+                   "table_schema = current_schema() AND table_type = "
+                   "'BASE TABLE'")
+        quote = '"{}"'
+    else:
+        conn = database.MySQLdb.connect(
+            host=database.host, port=database.port, user=database.user,
+            passwd=database.passwd, db=name)
+        listing = ("SELECT table_name FROM information_schema.tables WHERE "
+                   "table_schema = DATABASE() AND table_type = 'BASE TABLE'")
+        quote = '`{}`'
+    cur = conn.cursor()
+    cur.execute(listing)
+    tables = sorted(row[0] for row in cur.fetchall())
+    cur.close()
+    return conn, tables, quote
+
+
+
 def relstorage_zconfig(database, impl, name, keep_history):
     """The ZConfig text both implementations accept for one storage."""
     return (f'%import relstorage\n<relstorage>\n'

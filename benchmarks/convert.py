@@ -61,7 +61,7 @@ import mariadb_patch  # noqa: E402
 import refenv  # noqa: E402
 import report  # noqa: E402
 import run  # noqa: E402
-from backends import BACKENDS, DATA, MODES, TITLES  # noqa: E402
+from backends import BACKENDS, DATA, MODES, TITLES, open_tables  # noqa: E402
 import blobs  # noqa: E402
 from blobs import fresh_dir, src_digest  # noqa: E402
 from pack import Child, run_measured  # noqa: E402
@@ -235,42 +235,6 @@ def destination_zconfig(database, impl, name, mode, blob_dir, section=''):
             f'{database.adapter(impl, name)}\n</relstorage>\n')
 
 
-def open_destination(database, backend, name):
-    """A connection to the destination database, its tables and how a
-    table's name is quoted."""
-    if backend == 'sqlite':
-        import sqlite3
-        # Each implementation names its files its own way; the one with
-        # object_state is the one.
-        for path in sorted(database.path(name).glob('*.sqlite3')):
-            conn = sqlite3.connect(str(path))
-            tables = [row[0] for row in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")]
-            if 'object_state' in tables:
-                return conn, sorted(tables), '"{}"'
-            conn.close()
-        raise WorkloadFailed(f'no SQLite file with an object_state table '
-                             f'in {database.path(name)}')
-    if backend == 'postgresql':
-        conn = database.psycopg2.connect(database.dsn(name))
-        listing = ("SELECT table_name FROM information_schema.tables WHERE "
-                   "table_schema = current_schema() AND table_type = "
-                   "'BASE TABLE'")
-        quote = '"{}"'
-    else:
-        conn = database.MySQLdb.connect(
-            host=database.host, port=database.port, user=database.user,
-            passwd=database.passwd, db=name)
-        listing = ("SELECT table_name FROM information_schema.tables WHERE "
-                   "table_schema = DATABASE() AND table_type = 'BASE TABLE'")
-        quote = '`{}`'
-    cur = conn.cursor()
-    cur.execute(listing)
-    tables = sorted(row[0] for row in cur.fetchall())
-    cur.close()
-    return conn, tables, quote
-
-
 def destination_counts(database, backend, name, mode, manifest):
     """The rows of the destination, and whether they hold what the source
     does: history-preserving, one object_state row per record (ours keeps
@@ -279,7 +243,7 @@ def destination_counts(database, backend, name, mode, manifest):
     ``transaction_log``, 4.3 ``transaction``, which also holds a row of
     tid 0 of its own); history-free, one row with a state per current
     object."""
-    conn, tables, quote = open_destination(database, backend, name)
+    conn, tables, quote = open_tables(database, backend, name)
     try:
         cur = conn.cursor()
 

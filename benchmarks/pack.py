@@ -52,7 +52,7 @@ import mariadb_patch  # noqa: E402
 import refenv  # noqa: E402
 import report  # noqa: E402
 import run  # noqa: E402
-from backends import DATA, MODES, TITLES, relstorage_zconfig  # noqa: E402
+from backends import DATA, MODES, TITLES, open_tables, relstorage_zconfig  # noqa: E402
 import blobs  # noqa: E402
 from blobs import src_digest  # noqa: E402
 from run import IMPLS, WorkloadFailed  # noqa: E402
@@ -217,23 +217,9 @@ class Side(blobs.Side):
 
 def table_rows(database, backend, name):
     """Rows per table of one database, counted exactly."""
-    if backend == 'postgresql':
-        conn = database.psycopg2.connect(database.dsn(name))
-        listing = ("SELECT table_name FROM information_schema.tables WHERE "
-                   "table_schema = current_schema() AND table_type = "
-                   "'BASE TABLE'")
-        quote = '"{}"'
-    else:
-        conn = database.MySQLdb.connect(
-            host=database.host, port=database.port, user=database.user,
-            passwd=database.passwd, db=name)
-        listing = ("SELECT table_name FROM information_schema.tables WHERE "
-                   "table_schema = DATABASE() AND table_type = 'BASE TABLE'")
-        quote = '`{}`'
+    conn, tables, quote = open_tables(database, backend, name)
     try:
         cur = conn.cursor()
-        cur.execute(listing)
-        tables = sorted(row[0] for row in cur.fetchall())
         rows = {}
         for table in tables:
             # The names come from the catalogue, not from input.

@@ -116,3 +116,31 @@ class Worker:
                 except (OSError, ValueError):
                     pass
             self._stderr.close()
+
+
+def run_on_terminal(command, timeout):
+    """Run ``command`` with a pseudo-terminal as its stdout and stderr (as
+    on an administrator's screen); ``(exit status, what it wrote)``."""
+    import pty
+    import select
+    main, child = pty.openpty()
+    proc = subprocess.Popen(command, stdout=child, stderr=child,
+                            close_fds=True)
+    os.close(child)
+    output = b''
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout)
+    os.close(main)
+    return proc.returncode, output.decode('utf-8', 'replace')

@@ -5,9 +5,7 @@ backend and history mode, verified, converted back and compared; a
 conversion killed half-way resumes with --incremental; a dry run writes
 nothing; bad input and refusals end with one clear line."""
 import os
-import pty
 import re
-import select
 import shutil
 import signal
 import struct
@@ -28,6 +26,7 @@ from ZODB.utils import u64
 from ZODB.utils import z64
 
 from backends import BACKENDS
+from children import run_on_terminal
 from relstorage.convert import verify
 
 ZODBCONVERT = os.path.join(os.path.dirname(sys.executable), 'zodbconvert')
@@ -629,28 +628,8 @@ def test_progress_on_a_terminal(large_source, tmp_path):
             '</relstorage>\n')
     path = write_config(tmp_path / 'c.conf', '%import relstorage\n'
                         + filestorage_section(large_source, 'source'), dest)
-    main, child = pty.openpty()
-    proc = subprocess.Popen([ZODBCONVERT, str(path)], stdout=child,
-                            stderr=child, close_fds=True)
-    os.close(child)
-    output = b''
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([main], [], [], 1.0)
-        if ready:
-            try:
-                chunk = os.read(main, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            output += chunk
-        elif proc.poll() is not None:
-            break
-    proc.wait(TIMEOUT)
-    os.close(main)
-    text = output.decode('utf-8', 'replace')
-    assert proc.returncode == 0, text
+    status, text = run_on_terminal([ZODBCONVERT, str(path)], TIMEOUT)
+    assert status == 0, text
     # The live line: transactions, records, bytes, position of total,
     # rate and time left.
     assert '\r\x1b[K  copying: ' in text

@@ -2,8 +2,6 @@
 judged by its exit status and output, bad input included, stopped with
 Ctrl-C and killed with SIGKILL in each phase."""
 import os
-import pty
-import select
 import signal
 import subprocess
 import sys
@@ -19,6 +17,7 @@ from ZODB.serialize import referencesf
 from ZODB.utils import p64
 from ZODB.utils import u64
 
+from children import run_on_terminal
 ZODBPACK = os.path.join(os.path.dirname(sys.executable), 'zodbpack')
 TIMEOUT = 120
 
@@ -332,28 +331,8 @@ def test_progress_on_a_terminal(tmp_path):
                     f'  <sqlite3>\n    data-dir {tmp_path / "db"}\n'
                     '  </sqlite3>\n</relstorage>\n')
     _fill(path, 3000)
-    main, child = pty.openpty()
-    proc = subprocess.Popen([ZODBPACK, '-d', '-1', str(path)],
-                            stdout=child, stderr=child, close_fds=True)
-    os.close(child)
-    output = b''
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([main], [], [], 1.0)
-        if ready:
-            try:
-                chunk = os.read(main, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            output += chunk
-        elif proc.poll() is not None:
-            break
-    proc.wait(TIMEOUT)
-    os.close(main)
-    text = output.decode('utf-8', 'replace')
-    assert proc.returncode == 0, text
+    status, text = run_on_terminal([ZODBPACK, '-d', '-1', str(path)], TIMEOUT)
+    assert status == 0, text
     # The live line: count of total, rate and time left.
     assert '\r\x1b[K  garbage objects removed: ' in text
     assert ' of 3,000, ' in text and '/s, ' in text and 's left' in text

@@ -6,8 +6,10 @@ The scripts stay thin: they parse their arguments, open storages with
 read, a section that is not a storage, a bad argument) ends with one line
 on standard error and exit status 2 (``BadInput``), as argparse does.
 """
+import contextlib
 import io
 import logging
+import signal
 import sys
 import time
 
@@ -158,3 +160,22 @@ class TerminalProgress(Progress):
     def note(self, message, *args):
         self._clear()
         super().note(message, *args)
+
+
+@contextlib.contextmanager
+def stop_on_ctrl_c(progress, program, boundary):
+    """While the block runs, the first Ctrl-C asks ``progress`` to stop at
+    the next ``boundary`` (``'batch boundary'``) and says so; a second one
+    interrupts at once."""
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_interrupt(signum, frame):
+        progress.request_stop()
+        signal.signal(signal.SIGINT, previous)
+        print(f'\n{program}: stopping at the next {boundary} (Ctrl-C again '
+              f'to abort at once)', file=sys.stderr)
+    signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

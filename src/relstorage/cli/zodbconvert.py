@@ -32,7 +32,6 @@ section, a storage that cannot be opened, an argument); 130 stopped by
 Ctrl-C at a transaction boundary (--incremental goes on).
 """
 import argparse
-import signal
 import sys
 import time
 
@@ -47,6 +46,7 @@ from relstorage.cli import TerminalProgress
 from relstorage.cli import find_relstorage
 from relstorage.cli import load_named_storages
 from relstorage.cli import setup_logging
+from relstorage.cli import stop_on_ctrl_c
 from relstorage.cli import storage_name
 from relstorage.convert import Plan
 from relstorage.convert import copy
@@ -159,16 +159,14 @@ def _run(args, log, source, destination, source_name, dest_name):
     verify_only = args.verify and not args.clear and not args.incremental \
         and has_data(destination)
     progress = TerminalProgress(name='convert')
-    previous = signal.getsignal(signal.SIGINT)
+    with stop_on_ctrl_c(progress, PROGRAM, 'transaction boundary'):
+        return _copy_and_verify(args, log, source, destination, ours,
+                                verify_only, progress, source_name,
+                                dest_name)
 
-    def on_interrupt(signum, frame):
-        # The first Ctrl-C stops at the next transaction boundary; a second
-        # one interrupts at once.
-        progress.request_stop()
-        signal.signal(signal.SIGINT, previous)
-        print(f'\n{PROGRAM}: stopping at the next transaction boundary '
-              f'(Ctrl-C again to abort at once)', file=sys.stderr)
-    signal.signal(signal.SIGINT, on_interrupt)
+
+def _copy_and_verify(args, log, source, destination, ours, verify_only,
+                     progress, source_name, dest_name):
     try:
         if not verify_only:
             if args.clear:
@@ -195,8 +193,6 @@ def _run(args, log, source, destination, source_name, dest_name):
     except (ConvertError, StorageError) as e:
         log.error('%s', e)
         return FAILED
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _verify(source, destination, log, progress):

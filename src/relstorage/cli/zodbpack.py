@@ -16,7 +16,6 @@ file, a section, an argument); 130 stopped by Ctrl-C at a batch boundary
 """
 import argparse
 import math
-import signal
 import sys
 import time
 
@@ -32,6 +31,7 @@ from relstorage.cli import TerminalProgress
 from relstorage.cli import find_relstorage
 from relstorage.cli import load_storage_configs
 from relstorage.cli import setup_logging
+from relstorage.cli import stop_on_ctrl_c
 from relstorage.cli import storage_name
 from relstorage.errors import PackStopped
 from relstorage.pack import check_refs
@@ -95,25 +95,13 @@ def main(argv=None):
         print(f'{PROGRAM}: error: {e}', file=sys.stderr)
         return BAD_INPUT
     progress = TerminalProgress()
-    previous = signal.getsignal(signal.SIGINT)
-
-    def on_interrupt(signum, frame):
-        # The first Ctrl-C stops at the next batch boundary; a second one
-        # interrupts at once.
-        progress.request_stop()
-        signal.signal(signal.SIGINT, previous)
-        print(f'\n{PROGRAM}: stopping at the next batch boundary '
-              f'(Ctrl-C again to abort at once)', file=sys.stderr)
-    signal.signal(signal.SIGINT, on_interrupt)
     status = OK
-    try:
+    with stop_on_ctrl_c(progress, PROGRAM, 'batch boundary'):
         for config in configs:
             result = _one(config, args, log, progress)
             status = max(status, result)
             if result == STOPPED:
                 break
-    finally:
-        signal.signal(signal.SIGINT, previous)
     return status
 
 
