@@ -225,16 +225,11 @@ def table(backend, mode, cells):
 
 
 def verdicts(checks):
-    missed = [c for c in checks if not c['ok']]
-    lines = report.title('Targets')
-    lines.append(f'{len(checks) - len(missed)} of {len(checks)} targets '
-                 f'met.')
-    for c in checks:
-        value = '-' if c['value'] is None else f'{c["value"]:.2f}'
-        lines.append(f'{"ok  " if c["ok"] else "MISS"}  {c["where"]}: '
-                     f'{c["label"]}: ratio {value}, target >= '
-                     f'{c["target"]:.1f}')
-    return lines
+    return report.target_lines(
+        checks,
+        lambda c: 'ratio ' + ('-' if c['value'] is None
+                              else f'{c["value"]:.2f}'),
+        lambda c: f'>= {c["target"]:.1f}')
 
 
 # -- main --------------------------------------------------------------------

@@ -522,18 +522,10 @@ def run_notes(impl, entry):
 
 
 def verdicts(checks):
-    measured = [c for c in checks if c['ok'] is not None]
-    met = [c for c in measured if c['ok']]
-    lines = report.title('Targets')
-    lines.append(f'{len(met)} of {len(measured)} targets met'
-                 + (f' ({len(checks) - len(measured)} not measured: a side '
-                    f'failed).' if len(measured) < len(checks) else '.'))
-    for c in checks:
-        mark = {True: 'ok  ', False: 'MISS', None: 'n/a '}[c['ok']]
-        value = '-' if c['value'] is None else f'{c["value"]:.2f}'
-        lines.append(f'{mark}  {c["where"]}: {c["label"]}: {value}, target '
-                     f'{c["target"]}')
-    return lines
+    return report.target_lines(
+        checks,
+        lambda c: '-' if c['value'] is None else f'{c["value"]:.2f}',
+        lambda c: f'{c["target"]}')
 
 
 # -- main ----------------------------------------------------------------

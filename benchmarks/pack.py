@@ -532,15 +532,10 @@ def table(backend, mode, records, args):
 
 
 def verdicts(checks):
-    missed = [c for c in checks if not c['ok']]
-    lines = report.title('Targets')
-    lines.append(f'{len(checks) - len(missed)} of {len(checks)} targets '
-                 f'met.')
-    for c in checks:
-        value = c['ratio'] if c['ratio'] is not None else c['ours']
-        lines.append(f'{"ok  " if c["ok"] else "MISS"}  {c["where"]}: '
-                     f'{c["label"]}: {value:.2f}, target {c["target"]}')
-    return lines
+    return report.target_lines(
+        checks,
+        lambda c: f'{c["ratio"] if c["ratio"] is not None else c["ours"]:.2f}',
+        lambda c: f'{c["target"]}')
 
 
 # -- main ----------------------------------------------------------------

@@ -106,6 +106,23 @@ def title(text):
     return [text, '-' * len(text), '']
 
 
+def target_lines(checks, value_text, target_text):
+    """The "Targets" section: how many of ``checks`` were met, then a line
+    each (``ok``, ``MISS``, or ``n/a`` where ``ok`` is None: not
+    measured), with ``value_text(check)`` and ``target_text(check)``."""
+    measured = [c for c in checks if c['ok'] is not None]
+    met = [c for c in measured if c['ok']]
+    lines = title('Targets')
+    lines.append(f'{len(met)} of {len(measured)} targets met'
+                 + (f' ({len(checks) - len(measured)} not measured: a side '
+                    f'failed).' if len(measured) < len(checks) else '.'))
+    for c in checks:
+        mark = {True: 'ok  ', False: 'MISS', None: 'n/a '}[c['ok']]
+        lines.append(f'{mark}  {c["where"]}: {c["label"]}: '
+                     f'{value_text(c)}, target {target_text(c)}')
+    return lines
+
+
 def backend_table(backend, where, title_text, metrics, floor, processes,
                   notes):
     """The table of one backend and history mode; returns its lines and
