@@ -18,7 +18,6 @@ import time
 
 import zope.interface
 from ZODB import POSException
-from ZODB._compat import loads
 from ZODB.ConflictResolution import ConflictResolvingStorage
 from ZODB.interfaces import IBlobStorage
 from ZODB.interfaces import IBlobStorageRestoreable
@@ -39,6 +38,7 @@ from relstorage import undo as _undo
 from relstorage import persistentcache
 from relstorage.blobs import make_blobs
 from relstorage.blobs.api import BlobMethods
+from relstorage.bulkcopy import BulkCopyMethods
 from relstorage.cache import RecentStates
 from relstorage.localcache import LocalCache
 from relstorage.localcache import entry_state
@@ -50,27 +50,11 @@ from relstorage.readahead import Families
 from relstorage.options import Options
 from relstorage.reconnect import retry_if_disconnected
 from relstorage.tids import id_to_int
-from relstorage.tids import tid_time
 from relstorage.tpc import PendingTransaction
+from relstorage.undo import UndoMethods
+from relstorage.undo import transaction_info
 
 log = logging.getLogger(__name__)
-
-
-def _transaction_info(tid, user, description, extension):
-    """The dict undoLog() and history() give for one transaction."""
-    info = {
-        'id': p64(tid),
-        'time': tid_time(tid),
-        'user_name': user or b'',
-        'description': description or b'',
-    }
-    if extension:
-        try:
-            info.update(loads(extension))
-        except Exception:  # a damaged extension must not hide the rest
-            log.warning('cannot unpickle the extension of transaction %r',
-                        p64(tid), exc_info=True)
-    return info
 
 
 @zope.interface.implementer(
@@ -85,7 +69,8 @@ def _transaction_info(tid, user, description, extension):
     IBlobStorage,
     IBlobStorageRestoreable,
 )
-class RelStorage(BlobMethods, ConflictResolvingStorage):
+class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
+                 ConflictResolvingStorage):
     """``RelStorage(adapter, name=None, options=None, **options)``.
 
     ``adapter`` is a database adapter such as
@@ -494,7 +479,7 @@ class RelStorage(BlobMethods, ConflictResolvingStorage):
             raise POSException.POSKeyError(oid)
         result = []
         for tid, state_size, user, description, extension in rows:
-            info = _transaction_info(tid, user, description, extension)
+            info = transaction_info(tid, user, description, extension)
             del info['id']
             info.update(tid=p64(tid), serial=p64(tid), size=state_size,
                         version='')
@@ -510,27 +495,6 @@ class RelStorage(BlobMethods, ConflictResolvingStorage):
     def __len__(self):
         with self._lock:
             return self._read_latest('len', self._adapter.mover.object_count)
-
-    def zap_all(self):
-        """Remove every object and transaction, and every blob file of
-        blob-dir: the database is as if new (``zodbconvert --clear``, tests).
-        Other clients of the database must be stopped first; this
-        instance's caches are emptied."""
-        with self._lock:
-            self._check_open()
-            if self._txn is not None:
-                raise POSException.StorageTransactionError(
-                    'zap_all() while a transaction is being committed')
-            self._end_snapshot()
-            self._adapter.schema.zap_all()
-            self._oids.forget()
-            if self._blobs is not None:
-                self._blobs.clear()
-            self._cache.clear()
-            self._recent.clear()
-            self._ltid = z64
-            self._own_tids.clear()
-            self._polled_tid = None
 
     def getSize(self):
         return self._adapter.database_size()
@@ -767,51 +731,6 @@ class RelStorage(BlobMethods, ConflictResolvingStorage):
             self._end_snapshot()
             self._commit_done.notify_all()
 
-    # -- restore batches ------------------------------------------------
-
-    def begin_restore_batch(self):
-        """Let commits that restore transactions (``tpc_begin`` with a tid,
-        as ``zodbconvert`` does) share one database transaction, committed
-        by ``commit_restore_batch``: a bulk copy then pays one COMMIT per
-        batch, not per transaction.  Until that commit, no other client
-        sees the batch and this one holds the commit lock (and, on SQLite,
-        the database's write lock); an abort (tpc_abort, or an error in
-        any commit) rolls back every transaction of the batch, and
-        ``lastTransaction`` goes back to what was committed before it."""
-        with self._lock:
-            self._check_open()
-            self._batching = True
-
-    def commit_restore_batch(self):
-        """Commit the transactions restored since the batch began (or was
-        last committed); the batch goes on.  Returns the last tid
-        committed (bytes)."""
-        with self._lock:
-            if self._txn is not None:
-                raise POSException.StorageTransactionError(
-                    'commit_restore_batch() inside a commit')
-            self._commit_batch()
-            return self._ltid
-
-    def _commit_batch(self, resume=False):
-        """Commit the open batch.  ``resume``: inside a commit, whose
-        database transaction then begins again (what is staged stays)."""
-        if self._batch_from is not None:
-            cm = self._adapter.connmanager
-            with cm.translate():
-                cm.commit(self._store_conn, self._store_cursor)
-                if resume:
-                    cm.begin_store(None, self._store_cursor)
-            self._batch_from = None
-
-    def end_restore_batch(self):
-        """Commit what the batch holds and stop batching."""
-        with self._lock:
-            try:
-                return self.commit_restore_batch()
-            finally:
-                self._batching = False
-
     def tpc_transaction(self):
         txn = self._txn
         return None if txn is None else txn.transaction
@@ -825,43 +744,6 @@ class RelStorage(BlobMethods, ConflictResolvingStorage):
                 raise POSException.UndoError(
                     'undo needs a history-preserving storage (keep-history)')
             return _undo.undo(self, txn, transaction_id)
-
-    def undoLog(self, first=0, last=-20, filter=None):
-        if last < 0:
-            last = first - last
-        wanted = last - first
-        if wanted <= 0 or not self._options.keep_history:
-            return []
-        result = []
-        skipped = 0
-        offset = 0
-        page = max(wanted + first, 50) if filter is None else 100
-        while len(result) < wanted:
-            with self._lock:
-                rows = self._read_latest(
-                    'undoLog', lambda cursor: self._adapter.history.undo_log(
-                        cursor, offset, page))
-            if not rows:
-                break
-            offset += len(rows)
-            for row in rows:
-                info = _transaction_info(*row)
-                if filter is not None and not filter(info):
-                    continue
-                if skipped < first:
-                    skipped += 1
-                    continue
-                result.append(info)
-                if len(result) == wanted:
-                    break
-        return result
-
-    def undoInfo(self, first=0, last=-20, specification=None):
-        flt = None
-        if specification:
-            def flt(info, spec=tuple(specification.items())):
-                return all(info.get(k) == v for k, v in spec)
-        return self.undoLog(first, last, flt)
 
     # -- misc ----------------------------------------------------------
 

@@ -8,12 +8,18 @@ that copies an older revision unchanged records that revision's tid as the
 new record's ``data_txn``, which the iterator reports as a back-pointer,
 and, for a blob, copies that revision's blob.
 """
+import logging
+
+from ZODB._compat import loads
 from ZODB.blob import is_blob_record
 from ZODB.POSException import ConflictError
 from ZODB.POSException import UndoError
 from ZODB.utils import p64
 
 from relstorage.tids import id_to_int
+from relstorage.tids import tid_time
+
+log = logging.getLogger(__name__)
 
 
 def undo(storage, txn, transaction_id):
@@ -65,3 +71,61 @@ def undo(storage, txn, transaction_id):
             txn.add(oid, prev_tid, merged)
         oids.append(p64(oid))
     return None, oids
+
+
+def transaction_info(tid, user, description, extension):
+    """The dict undoLog() and history() give for one transaction."""
+    info = {
+        'id': p64(tid),
+        'time': tid_time(tid),
+        'user_name': user or b'',
+        'description': description or b'',
+    }
+    if extension:
+        try:
+            info.update(loads(extension))
+        except Exception:  # a damaged extension must not hide the rest
+            log.warning('cannot unpickle the extension of transaction %r',
+                        p64(tid), exc_info=True)
+    return info
+
+
+class UndoMethods:
+    """undoLog and undoInfo of RelStorage (a mix-in)."""
+
+    def undoLog(self, first=0, last=-20, filter=None):
+        if last < 0:
+            last = first - last
+        wanted = last - first
+        if wanted <= 0 or not self._options.keep_history:
+            return []
+        result = []
+        skipped = 0
+        offset = 0
+        page = max(wanted + first, 50) if filter is None else 100
+        while len(result) < wanted:
+            with self._lock:
+                rows = self._read_latest(
+                    'undoLog', lambda cursor: self._adapter.history.undo_log(
+                        cursor, offset, page))
+            if not rows:
+                break
+            offset += len(rows)
+            for row in rows:
+                info = transaction_info(*row)
+                if filter is not None and not filter(info):
+                    continue
+                if skipped < first:
+                    skipped += 1
+                    continue
+                result.append(info)
+                if len(result) == wanted:
+                    break
+        return result
+
+    def undoInfo(self, first=0, last=-20, specification=None):
+        if not specification:
+            return self.undoLog(first, last)
+        spec = tuple(specification.items())
+        return self.undoLog(
+            first, last, lambda info: all(info.get(k) == v for k, v in spec))
