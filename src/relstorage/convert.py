@@ -172,7 +172,7 @@ class Copier:
         self.progress = progress
         self.blob_dir = None
         self.size = getattr(source, 'getSize', lambda: None)()
-        self.transactions = self.records = self.blobs = self.skipped = 0
+        self.transactions = self.records = self.blobs = 0
         self.bytes = 0
         self.first = self.last = None
 
@@ -203,7 +203,6 @@ class Copier:
                 batch.added(copied or 0, nbytes)
                 if copied is None:
                     pending = txn
-                    self.skipped += 1
                 else:
                     pending = None
                     self.transactions += 1
