@@ -109,17 +109,26 @@ def title(text):
 def target_lines(checks, value_text, target_text):
     """The "Targets" section: how many of ``checks`` were met, then a line
     each (``ok``, ``MISS``, or ``n/a`` where ``ok`` is None: not
-    measured), with ``value_text(check)`` and ``target_text(check)``."""
+    measured), with ``value_text(check)`` and ``target_text(check)``.  A
+    missed check with a true ``tie`` is marked ``tie`` (its ``spread``
+    said) and counted apart, still as missed."""
     measured = [c for c in checks if c['ok'] is not None]
     met = [c for c in measured if c['ok']]
+    ties = [c for c in measured if not c['ok'] and c.get('tie')]
     lines = title('Targets')
     lines.append(f'{len(met)} of {len(measured)} targets met'
                  + (f' ({len(checks) - len(measured)} not measured: a side '
-                    f'failed).' if len(measured) < len(checks) else '.'))
+                    f'failed).' if len(measured) < len(checks) else '.')
+                 + (f' {len(ties)} of the missed are ties: short of the '
+                    f'target by less than the spread of the runs of one '
+                    f'side.' if ties else ''))
     for c in checks:
         mark = {True: 'ok  ', False: 'MISS', None: 'n/a '}[c['ok']]
+        extra = ''
+        if c['ok'] is False and c.get('tie'):
+            mark, extra = 'tie ', f' (runs spread +/-{c["spread"]:.2f})'
         lines.append(f'{mark}  {c["where"]}: {c["label"]}: '
-                     f'{value_text(c)}, target {target_text(c)}')
+                     f'{value_text(c)}, target {target_text(c)}{extra}')
     return lines
 
 
