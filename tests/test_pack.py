@@ -29,6 +29,7 @@ class Recorder(Progress):
     def __init__(self, stop_in=None, stop_after=1):
         super().__init__()
         self.phases = {}
+        self.notes = []
         self.stop_in = stop_in
         self.stop_after = stop_after
         self._steps = 0
@@ -48,6 +49,10 @@ class Recorder(Progress):
 
     def count(self, what):
         return self.phases.get(what, [None, 0])[1]
+
+    def note(self, message, *args):
+        super().note(message, *args)
+        self.notes.append(message % args)
 
 
 ANALYSED = 'revisions analysed for references'
@@ -133,8 +138,10 @@ def test_helper_tables_keep_only_what_the_next_pack_needs(open_storage):
     db = ZODB.DB(storage)
     _build(db, 100)
     _pack(storage)
-    for table in ('pack_run', 'pack_object', 'pack_reached'):
+    for table in ('pack_object', 'pack_reached'):
         assert _count(storage, table) == 0, table
+    # Only the pack's own record, for the next one to build on.
+    assert query(storage, 'SELECT phase FROM pack_run') == [(4,)]
     # No reference row of a revision that no longer exists.
     assert query(storage, """
         SELECT COUNT(*) FROM object_ref r
@@ -215,7 +222,7 @@ def test_prepack_then_deletion_with_what_was_committed_between(
     assert _exists(storage, dropped[0])
     assert _exists(storage, dropped[1])       # its child, reached from it
     assert not any(_exists(storage, oid) for oid in dropped[2:])
-    assert _count(storage, 'pack_run') == 0
+    assert query(storage, 'SELECT phase FROM pack_run') == [(4,)]
     _reachable(storage)
     db.close()
 
@@ -240,6 +247,115 @@ def test_a_deletion_stopped_part_way_is_continued(open_storage,
     assert rest.phases[GARBAGE][1] == len(dropped) - stopped.count(GARBAGE)
     assert not any(_exists(storage, oid) for oid in dropped)
     assert len(_reachable(storage)) == 1 + 300
+    db.close()
+
+
+BUILT_ON = 'as it left them'
+
+
+def _pack_objects(storage):
+    return [(zoid, tid, bool(null), bool(older)) for zoid, tid, null, older
+            in query(storage, 'SELECT zoid, keep_tid, keep_null, has_older '
+                              'FROM pack_object ORDER BY zoid')]
+
+
+def _fill_whole(storage, pack_tid):
+    """pack_object made again, from every revision."""
+    cm = storage._adapter.connmanager
+    packer = storage._adapter.packer
+    conn = cm.connect()
+    cursor = conn.cursor()
+    try:
+        cm.begin_write(cursor, 'test')
+        cursor.execute('DELETE FROM pack_object')
+        packer.fill(cursor, pack_tid)
+        cm.commit(conn, cursor)
+    finally:
+        cm.close(conn, cursor)
+
+
+def test_a_later_pack_builds_on_a_finished_one(open_storage, keep_history,
+                                               monkeypatch):
+    storage = open_storage()
+    # Whatever share of the objects this test writes between the packs.
+    monkeypatch.setattr(storage._adapter.packer, 'FILL_SINCE_SHARE', 1.0)
+    db = ZODB.DB(storage)
+    dropped = _build(db, 60)
+    _pack(storage)
+    # Then: kept objects changed, some dropped, new ones, and (history-
+    # preserving) an object created and its creation undone.
+    conn = db.open()
+    root = conn.root()
+    keys = sorted(k for k in root.keys() if isinstance(k, int))
+    for key in keys[:10]:
+        root[key]['changed'] = True
+    transaction.commit()
+    for key in keys[10:15]:
+        dropped.append(u64(root[key]._p_oid))
+        del root[key]
+    root['new'] = PersistentMapping({'child': PersistentMapping()})
+    transaction.commit()
+    if keep_history:
+        root['undone'] = PersistentMapping()
+        transaction.commit()
+        undo_id = storage.undoLog(0, 1)[0]['id']
+        db.undo(undo_id)
+        transaction.commit()
+    conn.close()
+    analysis = Recorder()
+    _pack(storage, prepack_only=True, progress=analysis)
+    built_on = any(BUILT_ON in note for note in analysis.notes)
+    # Only history-preserving packs build on the last one (history-free
+    # reads its one revision per object anyway).
+    assert built_on == keep_history, analysis.notes
+    # What it recorded is what a look at every revision records.
+    pack_tid = query(storage, 'SELECT pack_tid FROM pack_run')[0][0]
+    incremental = _pack_objects(storage)
+    _fill_whole(storage, pack_tid)
+    assert _pack_objects(storage) == incremental
+    _pack(storage, skip_prepack=True)
+    assert not any(_exists(storage, oid) for oid in dropped)
+    assert len(_reachable(storage)) == 1 + 2 * (30 - 5) + 2
+    db.close()
+
+
+def test_a_pack_is_built_on_only_when_it_is_sound(open_storage,
+                                                  monkeypatch):
+    storage = open_storage(keep_history=True)
+    packer = storage._adapter.packer
+    monkeypatch.setattr(packer, 'FILL_SINCE_SHARE', 1.0)
+    db = ZODB.DB(storage)
+    _build(db, 40)
+    _pack(storage)
+    # More objects written since than the database's share: all are read.
+    _build(db, 10)
+    monkeypatch.setattr(packer, 'FILL_SINCE_SHARE', 0.01)
+    many = Recorder()
+    _pack(storage, progress=many)
+    assert not any(BUILT_ON in note for note in many.notes)
+    monkeypatch.setattr(packer, 'FILL_SINCE_SHARE', 1.0)
+    # A transaction up to that pack that it did not mark (as one restored
+    # into the database after it would be): the next pack reads all.
+    _write(storage, ['UPDATE transaction_log SET packed = FALSE WHERE tid = '
+                     '(SELECT MIN(tid) FROM object_state)'])
+    whole = Recorder()
+    _pack(storage, progress=whole)
+    assert not any(BUILT_ON in note for note in whole.notes)
+    assert query(storage, 'SELECT phase FROM pack_run') == [(4,)]
+    # A pack that skipped a garbage object (locked by a committer) leaves
+    # no record to build on.
+    _build(db, 10)
+    locked = packer.lock_garbage
+    monkeypatch.setattr(packer, 'lock_garbage',
+                        lambda cursor, zoids, pack_tid:
+                        locked(cursor, zoids, pack_tid)[1:])
+    _pack(storage)
+    assert _count(storage, 'pack_run') == 0
+    monkeypatch.setattr(packer, 'lock_garbage', locked)
+    after = Recorder()
+    _pack(storage, progress=after)
+    assert not any(BUILT_ON in note for note in after.notes)
+    _reachable(storage)
     db.close()
 
 

@@ -16,7 +16,9 @@ pack lock (one pack at a time; zodbpack and storage.pack alike):
    back before the start of the oldest transaction another session of the
    database still has open, which may hold objects that were reachable when
    it began); record in ``pack_object`` each object's newest revision at
-   or before it; walk the graph in SQL from the root, from the objects
+   or before it (history-preserving: objects not written since a pack
+   that ran to its end are taken as that pack left them, without reading
+   their revisions, when they are most of the database); walk the graph in SQL from the root, from the objects
    written after the pack tid and from what they refer to, a step per
    statement (``pack_reached``).  What is not reached is garbage.  The
    analysis is kept in ``pack_run`` until the deletions are done, so that a
@@ -34,7 +36,9 @@ pack lock (one pack at a time; zodbpack and storage.pack alike):
    them from then on).  Garbage goes first, then (history-preserving) the
    revisions older than each kept one; each batch records where it got to.
 4. **Finish**: transactions left without data are removed, the analysis
-   tables emptied.  Then blob data no revision refers to any more (also
+   tables emptied; a pack that ran from its analysis to its end, skipping
+   no object, leaves its own row in ``pack_run`` for the next to build
+   on.  Then blob data no revision refers to any more (also
    what an interrupted pack left), and with a blob-dir the files of removed
    revisions.
 
@@ -377,7 +381,8 @@ class _Session:
         PackRun, or None when there is nothing to pack."""
         packer, cursor, progress = self.packer, self.cursor, self.progress
         earlier = self.read(lambda: packer.run(cursor))
-        if earlier is not None and earlier.phase >= earlier.ANALYSED:
+        if earlier is not None and \
+                earlier.ANALYSED <= earlier.phase < earlier.DONE:
             progress.note(
                 'the analysis of an earlier pack to %s, stopped before it '
                 'was done, is replaced (pack-skip-prepack would have used '
@@ -392,14 +397,18 @@ class _Session:
         progress.note('analysing the database as of %s%s', _when(pack_tid),
                       '' if gc else ' (pack-gc false: no reachability)')
         started = time.monotonic()
+        since = self.read(lambda: packer.base(cursor, earlier, pack_tid))
 
         def fill():
             packer.clear_run(cursor)
             packer.start_run(cursor, pack_tid, gc, refs_tid)
-            return packer.fill(cursor, pack_tid)
+            return packer.fill(cursor, pack_tid, since)
         objects = self.write(fill)
-        progress.note('%s objects have revisions up to the pack time',
-                      f'{objects:,}')
+        progress.note('%s objects have revisions up to the pack time%s',
+                      f'{objects:,}',
+                      '' if since is None else
+                      f' (those unchanged since the pack to {_when(since)} '
+                      f'as it left them)')
         if gc:
             self._analyse_kept(pack_tid)
             progress.phase('objects reached from the root', objects)
@@ -424,7 +433,7 @@ class _Session:
         def read():
             return packer.run(cursor), packer.count_objects(cursor)
         run, objects = self.read(read)
-        if run is None:
+        if run is None or run.phase == run.DONE:
             raise PackError(
                 'no kept pack analysis to use (pack-skip-prepack, zodbpack '
                 '--use-prepack-state): run a pre-pack first (zodbpack '
@@ -486,14 +495,19 @@ class _Session:
             self.catch_up(run)
         self.write(lambda: packer.mark_packed(cursor, run.pack_tid))
         pacer = _Pacer(options, self._last_tid)
+        # Whether this pack removes all it should from its analysis on: a
+        # later pack may then build on it (Packer.base).  Not after an
+        # earlier process removed part (it may have skipped objects).
+        whole = run.phase == run.ANALYSED and run.upto == -1
         if run.phase == run.ANALYSED:
-            self._batches(
+            skipped = self._batches(
                 run, pacer, 'garbage objects removed',
                 lambda after, size: packer.garbage(cursor, run.gc, after,
                                                    size),
                 lambda zoids: packer.delete_garbage(cursor, zoids,
                                                     run.pack_tid),
                 self.read(lambda: packer.count_garbage(cursor, run.gc)))
+            whole = whole and not skipped
             run.phase, run.upto = run.GARBAGE_DONE, -1
             self.write(lambda: packer.update_run(cursor, run.phase, -1))
         if run.phase == run.GARBAGE_DONE:
@@ -510,13 +524,19 @@ class _Session:
         def finish():
             packer.finish(cursor, run.pack_tid)
             packer.clear_run(cursor)
+            if whole:
+                packer.done(cursor, run)
         self.write(finish)
         self.progress.note('pack to %s done', _when(run.pack_tid))
 
     def _batches(self, run, pacer, what, fetch, apply, total):
+        """Fetch and apply batches until none is left; returns how many
+        of the rows fetched were not applied (``apply`` returns how many
+        were, or None for all)."""
         packer, cursor = self.packer, self.cursor
         progress = self.progress
         progress.phase(what, total)
+        skipped = 0
         try:
             caught_up = time.monotonic()
             while True:
@@ -527,14 +547,15 @@ class _Session:
                     self.catch_up(run, show=False)
                 rows = self.read(lambda: fetch(run.upto, pacer.size))
                 if not rows:
-                    return
+                    return skipped
                 last = rows[-1]
                 upto = last[0] if isinstance(last, tuple) else last
 
                 def batch():
-                    apply(rows)
+                    applied = apply(rows)
                     packer.update_run(cursor, run.phase, upto)
-                self.write(batch)
+                    return len(rows) if applied is None else applied
+                skipped += len(rows) - self.write(batch)
                 run.upto = upto
                 progress.add(len(rows))
                 pacer.pause(started)

@@ -422,11 +422,23 @@ class IPacker(Interface):
     def prepare(cursor):
         """Create (if needed) and empty the helper tables."""
 
-    def fill(cursor, pack_tid):
+    def fill(cursor, pack_tid, since=None):
         """Record in ``pack_object`` every object with a revision at or
         before ``pack_tid``: the newest such revision (``keep_tid``), whether
         its state is a deletion, and whether older revisions exist.  Returns
-        how many objects were recorded."""
+        how many objects were recorded.  With ``since`` (from ``base``),
+        objects unchanged since the finished pack to it are taken as that
+        pack left them, without reading their revisions."""
+
+    def base(cursor, earlier, pack_tid):
+        """The ``since`` that ``fill`` may use for a pack to ``pack_tid``,
+        given ``earlier``, the PackRun in pack_run before this pack's
+        analysis (None: a whole ``fill``)."""
+
+    def done(cursor, run):
+        """After the analysis tables are emptied, record ``run`` as a pack
+        that ran from its analysis to its end without skipping an
+        object."""
 
     def kept_states(cursor, after_zoid, limit):
         """``[(zoid, state)]`` of the kept revisions, by zoid, after

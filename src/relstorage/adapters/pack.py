@@ -60,8 +60,9 @@ class PackRun:
                  'upto')
 
     #: Phases: analysing (no usable analysis yet), analysed, garbage
-    #: removed, old revisions removed.
-    ANALYSING, ANALYSED, GARBAGE_DONE, OLD_DONE = 0, 1, 2, 3
+    #: removed, old revisions removed; and the row a pack leaves when it
+    #: ran from its analysis to its end (``Packer.base``).
+    ANALYSING, ANALYSED, GARBAGE_DONE, OLD_DONE, DONE = 0, 1, 2, 3, 4
 
     def __init__(self, format, pack_tid, gc, refs_tid, objects, phase, upto):
         self.format = format
@@ -122,6 +123,10 @@ class Packer:
             (id, format, pack_tid, gc, refs_tid, objects, phase, upto)
         VALUES (0, ?, ?, ?, ?, 0, 0, -1)"""
     UPDATE_RUN = 'UPDATE pack_run SET phase = ?, upto = ? WHERE id = 0'
+    DONE_RUN = """
+        INSERT INTO pack_run
+            (id, format, pack_tid, gc, refs_tid, objects, phase, upto)
+        VALUES (0, ?, ?, ?, ?, ?, 4, -1)"""
     ANALYSED_RUN = 'UPDATE pack_run SET phase = 1, objects = ? WHERE id = 0'
     CLEAR_RUN = (
         'DELETE FROM pack_run',
@@ -129,6 +134,21 @@ class Packer:
         'DELETE FROM pack_reached',
     )
     FILL = None                   # (pack_tid,): per history mode
+    # pack_object from a finished pack to ``since`` (see ``base``): the
+    # objects unchanged since (since,), then the others (since, pack_tid).
+    # Empty: always FILL.
+    FILL_SINCE = ()
+    # A transaction up to a tid that no pack has marked (restored after
+    # that pack).  (tid,)
+    UNPACKED = None
+    # Objects in all, for the share written since (COUNT_AFTER).
+    COUNT_CURRENT = None
+    #: FILL_SINCE reads the objects written since by key, FILL reads every
+    #: revision in the order of the table: past this share of the objects
+    #: written since, FILL is the cheaper (per database).  PostgreSQL 15,
+    #: 200,000 documents packed, grown by 10 % (a third of the objects
+    #: written): 0.86 s against 1.43-1.69.
+    FILL_SINCE_SHARE = 0.5
     COUNT_OBJECTS = 'SELECT COUNT(*) FROM pack_object'
     SEED = (
         # The root.
@@ -338,8 +358,46 @@ class Packer:
     def analysed(self, cursor, objects):
         self._run(cursor, self.ANALYSED_RUN, (objects,))
 
-    def fill(self, cursor, pack_tid):
-        self._run(cursor, self.FILL, (pack_tid,))
+    def done(self, cursor, run):
+        """Leave ``run`` (its analysis tables emptied) as a finished pack
+        that a later one may build on (``base``)."""
+        self._run(cursor, self.DONE_RUN, (FORMAT, run.pack_tid, run.gc,
+                                          run.refs_tid, run.objects))
+
+    def base(self, cursor, earlier, pack_tid):
+        """The pack tid of ``earlier`` when a pack to ``pack_tid`` may build
+        its pack_object from it, else None.
+
+        A pack that ran from its analysis to its end, skipping no object
+        (``done``), leaves every object at most one revision up to its
+        pack tid, with a state: it removed the rest.  Objects not written
+        since then need no look at object_state, whose rows carry every
+        pickle.  Not when this version of relstorage did not write that
+        row, when this pack goes back before it, or when a transaction up
+        to it is not marked packed (restored into the database after that
+        pack)."""
+        if (not self.FILL_SINCE or earlier is None
+                or earlier.phase != earlier.DONE or earlier.format != FORMAT
+                or earlier.pack_tid > pack_tid):
+            return None
+        since = earlier.pack_tid
+        if self._run(cursor, self.UNPACKED, (since,)).fetchone():
+            return None
+        changed = self.count_after(cursor, since)
+        if changed > self.FILL_SINCE_SHARE * self._value(
+                cursor, self.COUNT_CURRENT):
+            return None
+        return since
+
+    def fill(self, cursor, pack_tid, since=None):
+        """Record each object's newest revision up to ``pack_tid`` (from
+        the finished pack to ``since`` when given: ``base``)."""
+        if since is None:
+            self._run(cursor, self.FILL, (pack_tid,))
+        else:
+            unchanged, changed = self.FILL_SINCE
+            self._run(cursor, unchanged, (since,))
+            self._run(cursor, changed, (since, pack_tid))
         return self.count_objects(cursor)
 
     def count_objects(self, cursor):
@@ -487,6 +545,25 @@ class HistoryPreservingMixin:
               WHERE tid <= ?
               GROUP BY zoid) k
         JOIN object_state o ON o.zoid = k.zoid AND o.tid = k.tid"""
+    FILL_SINCE = (
+        """INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
+           SELECT zoid, tid, FALSE, FALSE
+           FROM current_object
+           WHERE tid <= ?""",
+        """INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
+           SELECT o.zoid, o.tid, o.state IS NULL, k.revisions > 1
+           FROM (SELECT s.zoid, MAX(s.tid) AS tid, COUNT(*) AS revisions
+                 FROM current_object c
+                 JOIN object_state s ON s.zoid = c.zoid
+                 WHERE c.tid > ? AND s.tid <= ?
+                 GROUP BY s.zoid) k
+           JOIN object_state o ON o.zoid = k.zoid AND o.tid = k.tid""",
+    )
+    UNPACKED = """
+        SELECT tid FROM transaction_log
+        WHERE tid <= ? AND NOT packed
+        LIMIT 1"""
+    COUNT_CURRENT = 'SELECT COUNT(*) FROM current_object'
     MARK_PACKED = """
         UPDATE transaction_log SET packed = TRUE
         WHERE tid <= ? AND NOT packed"""

@@ -35,6 +35,12 @@ class _MySQLPacker(Packer):
         'TRUNCATE pack_reached',
     )
     CLEAR_REFS = 'TRUNCATE object_ref'
+    # Measured on MariaDB 10.11 (O_DIRECT, a 128 MB buffer pool), 200,000
+    # documents packed, grown by 10 % (a third of the objects written):
+    # FILL_SINCE read the 41,565 objects written since at about 63 us each
+    # (a random page read each), FILL every revision in key order at about
+    # 8 us a row (1.46 s against 2.8).  Past about a tenth, FILL.
+    FILL_SINCE_SHARE = 0.1
     # InnoDB lists read-only snapshots too (trx_is_read_only); trx_started
     # has whole seconds (the caller allows for that).
     OLDEST_TRANSACTION = """
