@@ -419,6 +419,7 @@ class _Session:
         run = self.read(lambda: packer.run(cursor))
         garbage = self.read(lambda: packer.count_garbage(cursor, gc))
         old = self.read(lambda: packer.count_old(cursor, gc))
+        run.counts = garbage, old
         progress.note('analysis done in %.1fs: %s of %s objects go%s',
                       time.monotonic() - started, f'{garbage:,}',
                       f'{objects:,}',
@@ -506,6 +507,7 @@ class _Session:
                                                    size),
                 lambda zoids: packer.delete_garbage(cursor, zoids,
                                                     run.pack_tid),
+                run.counts[0] if run.counts else
                 self.read(lambda: packer.count_garbage(cursor, run.gc)))
             whole = whole and not skipped
             run.phase, run.upto = run.GARBAGE_DONE, -1
@@ -517,6 +519,7 @@ class _Session:
                     lambda after, size: packer.old_revisions(
                         cursor, run.gc, after, size),
                     lambda rows: packer.delete_old_revisions(cursor, rows),
+                    run.counts[1] if run.counts else
                     self.read(lambda: packer.count_old(cursor, run.gc)))
             run.phase, run.upto = run.OLD_DONE, -1
             self.write(lambda: packer.update_run(cursor, run.phase, -1))

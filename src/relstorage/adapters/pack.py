@@ -57,7 +57,7 @@ class PackRun:
     """The row of ``pack_run``: one pack's analysis and its progress."""
 
     __slots__ = ('format', 'pack_tid', 'gc', 'refs_tid', 'objects', 'phase',
-                 'upto')
+                 'upto', 'counts')
 
     #: Phases: analysing (no usable analysis yet), analysed, garbage
     #: removed, old revisions removed; and the row a pack leaves when it
@@ -72,9 +72,13 @@ class PackRun:
         self.objects = objects
         self.phase = phase
         self.upto = upto
+        #: (garbage objects, objects with old revisions) when the analysis
+        #: that counted them is this process's (not stored).
+        self.counts = None
 
     def __repr__(self):
-        fields = ', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)
+        fields = ', '.join(f'{n}={getattr(self, n)!r}'
+                           for n in self.__slots__[:-1])
         return f'PackRun({fields})'
 
 
