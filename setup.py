@@ -54,6 +54,7 @@ setup(
         'console_scripts': [
             'zodbpack = relstorage.cli.zodbpack:main',
             'zodbconvert = relstorage.cli.zodbconvert:main',
+            'relstorage-migrate = relstorage.cli.migrate:main',
         ],
     },
     zip_safe=False,

@@ -149,6 +149,17 @@ class ISchema(Interface):
         history mode, an unknown version, or nothing while ``create`` is
         false."""
 
+    def status():
+        """``(version, keep_history)`` of the schema in the database, or
+        ``(None, None)``; reads only."""
+
+    def migrate():
+        """Apply the migration steps from the database's version to this
+        code's, serialised with other runs and with schema creation;
+        returns ``(version before, steps applied)``.  SchemaError for a
+        database without a schema, a newer one, or the other history
+        mode."""
+
     def zap_all():
         """Delete every object and transaction (for tests and
         ``zodbconvert --clear``), keeping the schema."""

@@ -101,6 +101,53 @@ class Schema:
         finally:
             cm.close(conn, cursor)
 
+    def status(self):
+        """``(version, keep_history)`` of the schema the database holds,
+        or ``(None, None)`` when it holds none (or an incomplete one).
+        Reads only."""
+        cm = self.connmanager
+        conn = cm.connect()
+        cursor = conn.cursor()
+        try:
+            version = self._version(cursor)
+            if version is None:
+                return None, None
+            cursor.execute('SELECT keep_history FROM schema_version')
+            return version, bool(cursor.fetchone()[0])
+        finally:
+            cm.close(conn, cursor)
+
+    def migrate(self):
+        """Apply the migration steps the database needs, under the lock
+        that serialises schema creation (two runs cannot interleave, nor a
+        run and a storage creating the schema), in one transaction where
+        the database has transactional DDL (PostgreSQL, SQLite; MySQL's
+        steps are idempotent and their last statement sets the version,
+        so a run stopped half-way is completed by the next).  Returns
+        ``(version before, steps applied)``."""
+        cm = self.connmanager
+        conn = cm.connect()
+        cursor = conn.cursor()
+        try:
+            with self._creating(conn, cursor):
+                version = self._version(cursor)
+                if version is None:
+                    raise SchemaError(
+                        f'{self.describe()} holds no relstorage schema: '
+                        f'there is nothing to migrate (a storage creates '
+                        f'the newest schema when it first opens the '
+                        f'database with create-schema true)')
+                if version > SCHEMA_VERSION:
+                    self._refuse(version)
+                self._check(cursor)
+                applied = migrations.steps(version, SCHEMA_VERSION)
+                for step in applied:
+                    for statement in self.step_statements(step):
+                        cursor.execute(statement)
+                return version, applied
+        finally:
+            cm.close(conn, cursor)
+
     def creation_statements(self):
         """The statements that make a new database: version 1, then every
         migration step."""
@@ -126,8 +173,9 @@ class Schema:
             for step in migrations.steps(version, SCHEMA_VERSION))
         raise SchemaError(
             f'{where} holds schema version {version}; this relstorage needs '
-            f'version {SCHEMA_VERSION}: apply the migration steps {files} '
-            f'(see migrations/README.rst)')
+            f'version {SCHEMA_VERSION}: run relstorage-migrate CONFIG '
+            f'--apply with every client stopped, or apply the migration '
+            f'steps {files} by hand (see migrations/README.rst)')
 
     def _list_tables(self, cursor):
         """The names of the tables in the database (or schema)."""
