@@ -4,11 +4,14 @@ import os
 import sys
 
 import pytest
+import transaction
 import ZConfig
 import ZODB.config
 
+from backends import query
 from relstorage.errors import ConfigurationError
 from relstorage.errors import SchemaError
+from relstorage.options import IGNORED
 from relstorage.options import Options
 from relstorage.options import section_keys
 
@@ -138,3 +141,73 @@ def test_postgresql_password_never_shown(caplog):
     assert 'port=1' in text and secret not in text
     cause = e.value.__cause__ or e.value.__context__
     assert cause is None or secret not in str(cause)
+
+
+# -- RelStorage 4 configurations ----------------------------------------------
+
+#: Every key of RelStorage 4.3's <relstorage> section but keep-history
+#: (given apart) and its replica keys (issue 17), with values its users
+#: write.
+RS4_RELSTORAGE = {
+    'name': 'rs4-site', 'read-only': 'false', 'shared-blob-dir': 'false',
+    'blob-cache-size': '100MB', 'blob-cache-size-check': '10',
+    'blob-cache-size-check-external': 'false', 'blob-chunk-size': '1MB',
+    'poll-interval': '0', 'pack-gc': 'true', 'pack-prepack-only': 'false',
+    'pack-skip-prepack': 'false', 'pack-batch-timeout': '1.0',
+    'pack-commit-busy-delay': '5.0', 'cache-servers': 'localhost:11211',
+    'cache-module-name': 'relstorage.pylibmc_wrapper',
+    'cache-prefix': 'zodb', 'cache-local-mb': '10',
+    'cache-local-storage': 'relstorage.cache.local_client.LocalClient',
+    'cache-local-dir-count': '20', 'cache-local-dir-read-count': '10',
+    'cache-local-dir-compress': 'true',
+    'cache-local-dir-write-max-size': '10MB',
+    'cache-local-object-max': '16KB', 'cache-local-compression': 'bz2',
+    'cache-delta-size-limit': '20000', 'commit-lock-timeout': '30',
+    'commit-lock-id': '0', 'create-schema': 'true',
+}
+#: RelStorage 4.3's keys of the adapter sections beyond those every
+#: configuration has.
+RS4_ADAPTER = {
+    'sqlite3': ['gevent_yield_interval 100', '<pragmas>',
+                'cache_size 10MB', 'mmap_size 1GB', 'page_size 4096',
+                'max_page_count 1073741823', 'threads 0',
+                'wal_autocheckpoint 1000', 'soft_heap_limit 0',
+                'journal_size_limit 1000000', '</pragmas>'],
+    'mysql': ['compress true', 'named_pipe false'],
+    'postgresql': [],
+}
+
+
+def test_a_relstorage_4_configuration_opens_unchanged(backend, database,
+                                                       tmp_path, caplog):
+    for directory in ('blobs', 'cache'):
+        (tmp_path / directory).mkdir()
+    text = backend.zconfig(
+        database, True, blob_dir=tmp_path / 'blobs',
+        cache_local_dir=tmp_path / 'cache', **RS4_RELSTORAGE)
+    section = next(name for name in RS4_ADAPTER if f'</{name}>' in text)
+    text = text.replace(f'    </{section}>', ''.join(
+        f'        {line}\n' for line in RS4_ADAPTER[section]) +
+        f'    </{section}>')
+    caplog.set_level('WARNING')
+    storage = _open(text)
+    try:
+        db = ZODB.DB(storage)
+        conn = db.open()
+        conn.root()['x'] = 1
+        transaction.commit()
+        conn.close()
+        db.close()
+        warned = [r.getMessage() for r in caplog.records]
+        for key in IGNORED:
+            said = [w for w in warned if f'option {key} (RelStorage 4)' in w]
+            assert len(said) == 1, (key, warned)
+        assert any('bz2' in w for w in warned), warned
+        if section == 'sqlite3':
+            assert any('gevent_yield_interval' in w for w in warned)
+            assert query(storage, 'PRAGMA cache_size') == [(-10240,)]
+            assert query(storage, 'PRAGMA mmap_size') == [(1 << 30,)]
+        if section == 'mysql' and 'PyMySQL' in text:
+            assert any('compress is ignored' in w for w in warned)
+    finally:
+        storage.close()

@@ -1,7 +1,11 @@
 """ZConfig factories for ``%import relstorage`` (see component.xml)."""
+import logging
+
 from ZODB.config import BaseConfig
 
 from relstorage.options import Options
+
+log = logging.getLogger(__name__)
 
 
 class RelStorageFactory(BaseConfig):
@@ -23,6 +27,10 @@ class SQLite3AdapterFactory:
     def create(self):
         from relstorage.adapters.sqlite import SQLiteAdapter
         config = self.config
+        if config.gevent_yield_interval is not None:
+            log.warning('sqlite3 option gevent_yield_interval (RelStorage '
+                        '4) is ignored: relstorage runs on threads, and '
+                        'SQLite statements do not yield to gevent')
         pragmas = config.pragmas.pragmas if config.pragmas else {}
         return SQLiteAdapter(
             data_dir=config.data_dir, driver=config.driver, pragmas=pragmas)

@@ -7,10 +7,13 @@ with a message that names both the key and the value, whichever way the
 storage was configured.
 """
 import functools
+import logging
 import os
 import xml.etree.ElementTree as ET
 
 from ZODB.POSException import StorageError
+
+log = logging.getLogger(__name__)
 
 _COMPONENT = os.path.join(os.path.dirname(__file__), 'component.xml')
 
@@ -156,10 +159,19 @@ def pack_duty_cycle(value):
             f'and at most 1')
     return number
 cache_local_mb = functools.partial(_megabytes, 'cache-local-mb')
+# A size, as RelStorage 4 took it ("16KB"); a bare number is bytes.
 cache_local_object_max = functools.partial(
-    _integer, 'cache-local-object-max', 0, 1 << 30)
-cache_local_compression = functools.partial(
-    _choice, ('none', 'zlib'), 'cache-local-compression')
+    _byte_size, 'cache-local-object-max', 0, 1 << 30)
+
+
+def cache_local_compression(value):
+    if str(value).strip().lower() == 'bz2':
+        # RelStorage 4 offered bz2 too; the cache here compresses with
+        # zlib only (its file format records that).
+        log.warning('cache-local-compression bz2 (RelStorage 4) is not '
+                    'offered: zlib is used')
+        return 'zlib'
+    return _choice(('none', 'zlib'), 'cache-local-compression', value)
 cache_local_dir = functools.partial(_optional_directory, 'cache-local-dir')
 blob_dir = functools.partial(_optional_directory, 'blob-dir')
 shared_blob_dir = functools.partial(_boolean, 'shared-blob-dir')
@@ -187,6 +199,65 @@ read_default_file = functools.partial(_text, 'read_default_file')
 read_default_group = functools.partial(_text, 'read_default_group')
 port = functools.partial(_integer, 'port', 1, 65535)
 connect_timeout = functools.partial(_integer, 'connect_timeout', 1, 86400)
+
+
+# RelStorage 4's options that mean nothing here: accepted (so that its
+# configurations open unchanged) and named in a warning at start-up, with
+# what takes their place (``ignored``).
+poll_interval = functools.partial(_seconds, 'poll-interval')
+cache_servers = functools.partial(_text, 'cache-servers')
+cache_module_name = functools.partial(_text, 'cache-module-name')
+cache_prefix = functools.partial(_text, 'cache-prefix')
+cache_local_storage = functools.partial(_text, 'cache-local-storage')
+cache_local_dir_count = functools.partial(
+    _integer, 'cache-local-dir-count', 0, 1 << 20)
+cache_local_dir_read_count = functools.partial(
+    _integer, 'cache-local-dir-read-count', 0, 1 << 20)
+cache_local_dir_compress = functools.partial(
+    _boolean, 'cache-local-dir-compress')
+cache_local_dir_write_max_size = functools.partial(
+    _byte_size, 'cache-local-dir-write-max-size', 0, 1 << 60)
+cache_delta_size_limit = functools.partial(
+    _integer, 'cache-delta-size-limit', 0, 1 << 40)
+commit_lock_id = functools.partial(_integer, 'commit-lock-id', 0, 1 << 63)
+compress = functools.partial(_boolean, 'compress')
+named_pipe = functools.partial(_boolean, 'named_pipe')
+gevent_yield_interval = functools.partial(
+    _integer, 'gevent_yield_interval', 0, 1 << 40)
+
+_SHARED_CACHE = ('the shared local cache (cache-local-mb) serves every '
+                 'connection of a process, and polling keeps it current')
+#: option -> why it is ignored, and what takes its place.
+IGNORED = {
+    'poll-interval': 'each transaction polls for changes when it starts',
+    'cache-servers': 'memcached is not used: ' + _SHARED_CACHE,
+    'cache-module-name': 'memcached is not used: ' + _SHARED_CACHE,
+    'cache-prefix': 'memcached is not used, and the persistent cache of '
+                    'cache-local-dir names its file after the database',
+    'cache-local-storage': 'the local cache has one implementation '
+                           '(cache-local-mb, cache-local-object-max)',
+    'cache-local-dir-count': 'cache-local-dir holds one file per database',
+    'cache-local-dir-read-count': 'cache-local-dir holds one file per '
+                                  'database',
+    'cache-local-dir-compress': 'the cache file holds what the local cache '
+                                'holds, compressed as cache-local-'
+                                'compression says',
+    'cache-local-dir-write-max-size': 'the cache file holds at most what '
+                                      'the local cache holds '
+                                      '(cache-local-mb)',
+    'cache-delta-size-limit': 'polling invalidates the local cache from '
+                              'the database, not from a map of changes',
+    'commit-lock-id': 'the commit lock is a row lock (commit_row; on '
+                      'SQLite the database\'s write lock), not a lock '
+                      'with an id',
+}
+
+
+def ignored(options):
+    """``(option, why)`` for each RelStorage 4 option of ``IGNORED`` that
+    ``options`` sets."""
+    return [(key, why) for key, why in IGNORED.items()
+            if getattr(options, key.replace('-', '_'), None) is not None]
 
 
 @functools.lru_cache(maxsize=None)

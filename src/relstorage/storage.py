@@ -48,6 +48,7 @@ from relstorage.iteration import TransactionIterator
 from relstorage.oidpool import OIDPool
 from relstorage.readahead import Families
 from relstorage.options import Options
+from relstorage.options import ignored
 from relstorage.reconnect import retry_if_disconnected
 from relstorage.tids import id_to_int
 from relstorage.tpc import PendingTransaction
@@ -93,6 +94,9 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         self._adapter = adapter
         self._options = options
         self._name = options.name or adapter.describe()
+        for key, why in ignored(options):
+            log.warning('%s: option %s (RelStorage 4) is ignored: %s',
+                        self._name, key, why)
         self._oids = OIDPool(adapter)
         self._blobs = make_blobs(options, adapter, self._oids)
         # History-free with blobs in the database: a commit that deletes or

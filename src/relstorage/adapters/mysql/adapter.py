@@ -1,4 +1,6 @@
 """The MySQL and MariaDB adapter, on mysqlclient (default) or PyMySQL."""
+import logging
+
 from relstorage.adapters.adapter import Adapter
 from relstorage.adapters.interfaces import IAdapter
 from relstorage.adapters.interfaces import ICapabilities
@@ -18,9 +20,14 @@ from .drivers import select_driver
 from .oids import MySQLOIDAllocator
 from .schema import MySQLSchema
 
+log = logging.getLogger(__name__)
+
 #: The <mysql> keys passed to the driver's connect(), by their names.
 CONNECT_KEYS = ('host', 'port', 'user', 'passwd', 'db', 'unix_socket',
-                'connect_timeout', 'read_default_file', 'read_default_group')
+                'connect_timeout', 'read_default_file', 'read_default_group',
+                'compress', 'named_pipe')
+#: Keys only libmysqlclient (mysqlclient) understands; PyMySQL refuses them.
+_LIBMYSQL_ONLY = ('compress', 'named_pipe')
 
 
 @implementer(ICapabilities)
@@ -53,6 +60,11 @@ class MySQLAdapter(Adapter):
         self.driver_name = values.pop('driver')
         self.driver = select_driver(self.driver_name)
         self._params = {k: v for k, v in values.items() if v not in (None, '')}
+        if self.driver.name == 'PyMySQL':
+            for key in _LIBMYSQL_ONLY:
+                if self._params.pop(key, None):
+                    log.warning('mysql option %s is ignored: PyMySQL cannot '
+                                'do it (mysqlclient can)', key)
         self._description = describe_params(self._params)
 
     def _configure(self, options):

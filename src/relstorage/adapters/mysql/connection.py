@@ -56,7 +56,8 @@ SNAPSHOT_BEGIN = ('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; '
 def describe_params(params):
     """Where the server is, without the password, for messages."""
     shown = ' '.join(f'{k}={v}' for k, v in sorted(params.items())
-                     if k not in ('passwd', 'password'))
+                     if k not in ('passwd', 'password', 'compress',
+                                  'named_pipe'))
     return f'mysql:{shown}'
 
 

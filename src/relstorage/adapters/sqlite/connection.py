@@ -6,6 +6,7 @@ from relstorage.adapters.connection import ConnectionManager
 from relstorage.adapters.interfaces import IConnectionManager
 from relstorage.errors import CommitLockTimeoutError
 from relstorage.errors import ConfigurationError
+from relstorage.options import _byte_size
 from zope.interface import implementer
 
 #: The name of the database file inside data-dir.
@@ -26,6 +27,23 @@ DEFAULT_PRAGMAS = {
 _PRAGMA_VALUE = re.compile(r'^[A-Za-z0-9_.+-]+$')
 
 
+#: Pragmas that RelStorage 4 took as sizes ("10MB"; a bare number is
+#: bytes), as its configurations write them.
+_SIZES = ('cache_size', 'mmap_size', 'page_size', 'soft_heap_limit')
+
+
+def _rs4_size(key, text):
+    """The SQLite value of pragma ``key`` given as ``text``: a size for
+    the pragmas of _SIZES (a positive cache_size is bytes, turned into
+    SQLite's negative count of KiB; a negative one is SQLite's own)."""
+    if key not in _SIZES or text.startswith('-'):
+        return text
+    size = _byte_size(f'pragmas: {key}', 0, 1 << 62, text)
+    if key == 'cache_size' and size:
+        return str(-max(1, size // 1024))
+    return str(size)
+
+
 def check_pragmas(driver, pragmas):
     """Return the pragmas as ``{name: value}``, raising ConfigurationError
     naming the pragma for an unknown name or a value that is not a plain
@@ -43,7 +61,7 @@ def check_pragmas(driver, pragmas):
                 raise ConfigurationError(
                     f'pragmas: {key} is given {len(value)} times')
             value = value[0]
-        text = str(value).strip()
+        text = _rs4_size(key, str(value).strip())
         if known and key not in known:
             raise ConfigurationError(
                 f'pragmas: {key!r} is not a pragma this SQLite '
