@@ -43,7 +43,7 @@ setup(
         'mysql': ['mysqlclient >= 2.1', 'PyMySQL >= 1.0'],
         'oracle': ['oracledb >= 1.4'],
         # The tests run against real servers, with every driver.
-        'test': ['pytest >= 7', 'zope.testing', 'manuel',
+        'test': ['pytest >= 7', 'zope.testing', 'manuel', 'zodburi >= 2.5',
                  'psycopg2-binary >= 2.9', 'psycopg[binary] >= 3.1',
                  'mysqlclient >= 2.1', 'PyMySQL >= 1.0'],
         # benchmarks/run.py: both server drivers, and ZEO to compare with.
@@ -55,6 +55,13 @@ setup(
             'zodbpack = relstorage.cli.zodbpack:main',
             'zodbconvert = relstorage.cli.zodbconvert:main',
             'relstorage-migrate = relstorage.cli.migrate:main',
+        ],
+        # relstorage from a URI (see relstorage/uri.py).
+        'zodburi.resolvers': [
+            'postgresql = relstorage.uri:resolve_postgresql',
+            'postgres = relstorage.uri:resolve_postgresql',
+            'mysql = relstorage.uri:resolve_mysql',
+            'sqlite = relstorage.uri:resolve_sqlite',
         ],
     },
     zip_safe=False,
