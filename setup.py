@@ -42,9 +42,11 @@ setup(
         'postgresql': ['psycopg2-binary >= 2.9', 'psycopg[binary] >= 3.1'],
         'mysql': ['mysqlclient >= 2.1', 'PyMySQL >= 1.0'],
         'oracle': ['oracledb >= 1.4'],
+        # storage.metrics() exported to Prometheus (relstorage/metrics.py).
+        'prometheus': ['prometheus_client'],
         # The tests run against real servers, with every driver.
         'test': ['pytest >= 7', 'zope.testing', 'manuel', 'zodburi >= 2.5',
-                 'sphinx',
+                 'sphinx', 'prometheus_client',
                  'psycopg2-binary >= 2.9', 'psycopg[binary] >= 3.1',
                  'mysqlclient >= 2.1', 'PyMySQL >= 1.0'],
         # benchmarks/run.py: both server drivers, and ZEO to compare with.
@@ -56,6 +58,7 @@ setup(
             'zodbpack = relstorage.cli.zodbpack:main',
             'zodbconvert = relstorage.cli.zodbconvert:main',
             'relstorage-migrate = relstorage.cli.migrate:main',
+            'relstorage-stats = relstorage.cli.stats:main',
         ],
         # relstorage from a URI (see relstorage/uri.py).
         'zodburi.resolvers': [

@@ -56,6 +56,7 @@ from relstorage.adapters.pack import FORMAT
 from relstorage.adapters.pack import RefsState
 from relstorage.errors import PackError
 from relstorage.errors import PackStopped
+from relstorage.metrics import PackProgress
 from relstorage.progress import Progress
 from relstorage.tids import tid_for_time
 from relstorage.tids import tid_time
@@ -92,7 +93,19 @@ def pack(storage, t, referencesf, gc=True, prepack_only=None,
         prepack_only = options.pack_prepack_only
     if skip_prepack is None:
         skip_prepack = options.pack_skip_prepack
-    progress = progress or Progress()
+    root = storage if storage._is_root else storage._root
+    progress = PackProgress(progress or Progress(), root._metrics)
+    try:
+        _pack(storage, t, referencesf, gc, prepack_only, skip_prepack,
+              progress)
+    except BaseException as e:
+        progress.finished(e)
+        raise
+    progress.finished()
+
+
+def _pack(storage, t, referencesf, gc, prepack_only, skip_prepack,
+          progress):
     with _Session(storage, referencesf, progress) as session:
         if skip_prepack:
             run = session.usable_run()

@@ -47,6 +47,8 @@ from relstorage.errors import CommitLockTimeoutError
 from relstorage.iteration import TransactionIterator
 from relstorage.oidpool import OIDPool
 from relstorage.readahead import Families
+from relstorage import metrics
+from relstorage.metrics import Metrics
 from relstorage.options import Options
 from relstorage.options import ignored
 from relstorage.reconnect import retry_if_disconnected
@@ -126,13 +128,16 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         # Closing the root closes every instance's database sessions, even
         # those of ZODB Connections the application never closed.
         self._instances = weakref.WeakSet()
+        self._metrics = Metrics()
         self._init_instance()
+        metrics.export(self)
         if options.keep_history:
             zope.interface.alsoProvides(self, IStorageUndoable)
         if options.cache_local_dir:
             persistentcache.load(self)
 
     def _init_instance(self):
+        self._counters = self._metrics.counters()
         self._lock = threading.RLock()
         self._commit_done = threading.Condition(self._lock)
         self._closed = False
@@ -170,6 +175,7 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         other._read_ahead_on = self._read_ahead_on
         other._is_root = False
         other._instances = None
+        other._metrics = self._metrics
         other._crs_transform_record_data = self._crs_transform_record_data
         other._crs_untransform_record_data = (
             self._crs_untransform_record_data)
@@ -283,6 +289,8 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
             cursor = self._load_cursor
             new = self._polled_tid = self._snapshot_tid
             own, self._own_tids = self._own_tids, set()
+            self._counters.polls += 1
+            self._counters.invalidations += len(changes or ())
             if prev is None or new == prev:
                 self._advance_cache(cursor, None, new, ())
                 return []
@@ -327,6 +335,7 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         with self._lock:
             self._close_connections()
             self._closed = True
+        self._metrics.release(self._counters)
 
     def __del__(self):
         # An instance dropped without release() (a ZODB Connection that was
@@ -335,6 +344,7 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         try:
             if not self._closed and not self._is_root:
                 self._close_connections()
+                self._metrics.release(self._counters)
         except Exception:  # interpreter shutdown, a broken connection...
             pass
 
@@ -359,6 +369,7 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
     def load(self, oid, version=''):
         # The path of every object ZODB's own cache misses: kept short.
         oid_int = id_to_int(oid, 'oid')
+        self._counters.loads += 1
         with self._lock:
             if self._snapshot_tid is None or self._closed:
                 self._snapshot_cursor()
@@ -448,6 +459,7 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
     def loadBefore(self, oid, tid):
         oid_int = id_to_int(oid, 'oid')
         before = id_to_int(tid, 'tid')
+        self._counters.loads += 1
         with self._lock:
             cursor = self._snapshot_cursor()
             row = self._cache.get_before(oid_int, before, self._snapshot_tid)
@@ -489,6 +501,10 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
                         version='')
             result.append(info)
         return result
+
+    def metrics(self):
+        """What the storage has done: relstorage.metrics.snapshot."""
+        return metrics.snapshot(self)
 
     def lastTransaction(self):
         with self._lock:
@@ -672,8 +688,12 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
             # saw (SQLite can reset its WAL, PostgreSQL can vacuum) while
             # the commit proceeds.
             self._end_snapshot()
-            with self._adapter.connmanager.translate():
-                return txn.vote(self)
+            try:
+                with self._adapter.connmanager.translate():
+                    return txn.vote(self)
+            except POSException.ConflictError:
+                self._counters.conflicts += 1
+                raise
 
     def tpc_finish(self, transaction, f=None):
         with self._lock:
@@ -689,6 +709,7 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
                 txn.blobs.committed(tid)
             self._ltid = tid_bytes = p64(tid)
             self._own_tids.add(tid)
+            self._counters.committed(txn)
             committed = txn.committed_states()
             if not batch:
                 # (A batch's states are not committed yet: not cached.)
@@ -717,6 +738,7 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
             self._abort()
 
     def _abort(self):
+        self._counters.aborts += self._txn is not None
         try:
             if self._txn is not None and self._txn.blobs is not None:
                 self._txn.blobs.abort()

@@ -22,6 +22,8 @@ A commit that stores blobs carries a ``relstorage.blobs.PendingBlobs``
 revisions by the step-by-step finish, under the commit lock, just before
 the COMMIT.
 """
+import time
+
 from ZODB.POSException import ConflictError
 from ZODB.POSException import ReadConflictError
 from ZODB.POSException import StorageTransactionError
@@ -81,6 +83,10 @@ class PendingTransaction:
         self.superseded = []     # (oid, state, data_txn, ord) of restores
         self._buffered = 0
         self._spilled = False
+        # For the storage's metrics.
+        self.started = time.monotonic()
+        self.lock_wait = 0.0
+        self.written = 0
         self._uploaded = set()
         self._committed_states = None
         self._inline = False     # rows go to finish_and_commit, not staged
@@ -115,6 +121,7 @@ class PendingTransaction:
             self.max_oid = oid
         if state is not None:
             self._buffered += len(state)
+            self.written += len(state)
         if self._buffered >= SPILL_BYTES:
             self.upload()
 
@@ -181,9 +188,11 @@ class PendingTransaction:
                        adapter.capabilities.database_wide_write_lock)
         if blobs_first:
             blobs.upload(cursor)
+        waiting = time.monotonic()
         locked, current = adapter.locker.lock_for_vote(
             cursor, sorted(self._order), sorted(self.read_current),
             staged=not self._inline)
+        self.lock_wait = time.monotonic() - waiting
         if blobs is not None and not blobs_first:
             blobs.upload(cursor)
         self._check_requested_tid()
@@ -331,6 +340,10 @@ class PendingTransaction:
         """``{oid: prev_tid}`` of the objects this commit deletes
         (deleteObject)."""
         return self._deletions
+
+    def stored(self):
+        """How many objects this transaction stores."""
+        return len(self._order)
 
     def committed_states(self):
         """``{oid: state}`` as committed, when known without a query."""

@@ -19,6 +19,11 @@ class MySQLSchema(Schema):
 
     DDL_DIR = os.path.dirname(os.path.abspath(__file__))
     DATABASE = 'mysql'
+    #: The bytes the database's tables take (relstorage-stats).
+    SIZE = """
+        SELECT SUM(data_length + index_length)
+        FROM information_schema.tables
+        WHERE table_schema = DATABASE()"""
 
     def _list_tables(self, cursor):
         cursor.execute("""

@@ -22,6 +22,8 @@ class PostgreSQLSchema(Schema):
 
     DDL_DIR = os.path.dirname(os.path.abspath(__file__))
     DATABASE = 'postgresql'
+    #: The bytes the database takes (relstorage-stats).
+    SIZE = 'SELECT pg_database_size(current_database())'
 
     def _list_tables(self, cursor):
         cursor.execute("""

@@ -19,6 +19,10 @@ class SQLiteSchema(Schema):
 
     DDL_DIR = os.path.dirname(os.path.abspath(__file__))
     DATABASE = 'sqlite'
+    #: The bytes of the database file (relstorage-stats; not its WAL).
+    SIZE = """
+        SELECT p.page_count * s.page_size
+        FROM pragma_page_count() p, pragma_page_size() s"""
 
     def _list_tables(self, cursor):
         cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")

@@ -1,0 +1,190 @@
+"""relstorage-stats: what the relstorage databases of a ZConfig file hold.
+
+    relstorage-stats [--json] CONFIG
+
+For each ``<relstorage>`` section: the database's size, its schema
+version and history mode, the objects, revisions and transactions it
+holds, how far its history reaches back, its last transaction and its
+last pack, and the blobs kept in it.  Read only; counting the rows reads
+whole tables, which takes a few seconds on millions of rows.  Other
+storage sections are passed over.
+
+Exit status: 0 done; 1 a database could not be read; 2 bad input.
+"""
+import argparse
+import json
+import sys
+import time
+
+from relstorage.adapters.pack import PackRun
+from relstorage.cli import BAD_INPUT
+from relstorage.cli import FAILED
+from relstorage.cli import OK
+from relstorage.cli import BadInput
+from relstorage.cli import load_storage_configs
+from relstorage.cli import setup_logging
+from relstorage.cli import storage_name
+from relstorage.config import RelStorageFactory
+from relstorage.options import Options
+from relstorage.tids import tid_time
+
+PROGRAM = 'relstorage-stats'
+
+
+def parser():
+    p = argparse.ArgumentParser(
+        prog=PROGRAM,
+        description='Print the size, object and transaction counts, '
+                    'history and last pack of the relstorage databases of a '
+                    'ZConfig file.')
+    p.add_argument('--json', action='store_true',
+                   help='one JSON document (a list, a dict per storage)')
+    p.add_argument('config', help='a ZConfig file with %%import relstorage '
+                                  'and one or more storage sections')
+    return p
+
+
+def _one_value(cursor, sql):
+    cursor.execute(sql)
+    row = cursor.fetchone()
+    return None if row is None else row[0]
+
+
+def _when(tid):
+    if not tid:
+        return None
+    return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(tid_time(tid)))
+
+
+def collect(schema):
+    """The figures of one database, as a dict (None where unknown)."""
+    version, keep_history = schema.status()
+    figures = {'database': schema.describe(), 'schema_version': version}
+    if version is None:
+        return figures
+    cm = schema.connmanager
+    conn = cm.connect()
+    cursor = conn.cursor()
+    try:
+        value = _one_value
+        figures['history'] = ('history-preserving' if keep_history
+                              else 'history-free')
+        figures['size_bytes'] = int(value(cursor, schema.SIZE) or 0)
+        figures['revisions'] = value(cursor,
+                                     'SELECT COUNT(*) FROM object_state')
+        if keep_history:
+            figures['objects'] = value(
+                cursor, 'SELECT COUNT(*) FROM current_object')
+            figures['transactions'] = value(
+                cursor, 'SELECT COUNT(*) FROM transaction_log')
+        else:
+            figures['objects'] = figures['revisions']
+            figures['transactions'] = value(
+                cursor, 'SELECT COUNT(DISTINCT tid) FROM object_state')
+        objects = figures['objects']
+        figures['revisions_per_object'] = (
+            round(figures['revisions'] / objects, 2) if objects else None)
+        oldest = value(cursor, 'SELECT MIN(tid) FROM object_state')
+        last = value(cursor, 'SELECT MAX(tid) FROM object_state')
+        figures['oldest_revision'] = _when(oldest)
+        figures['last_transaction'] = _when(last)
+        figures['last_pack'] = _last_pack(cursor, keep_history)
+        figures['blobs_in_database'] = value(
+            cursor, 'SELECT COUNT(*) FROM object_blob')
+        figures['blob_bytes_in_database'] = int(value(
+            cursor, 'SELECT SUM(blob_size) FROM object_blob') or 0)
+    finally:
+        cm.close(conn, cursor)
+    return figures
+
+
+def _last_pack(cursor, keep_history):
+    """The pack time of the last pack that ran to its end (its pack_run
+    row), else, history-preserving, the newest transaction a pack marked."""
+    cursor.execute('SELECT pack_tid FROM pack_run WHERE phase = %d'
+                   % PackRun.DONE)
+    row = cursor.fetchone()
+    if row is not None:
+        return _when(row[0])
+    if keep_history:
+        cursor.execute('SELECT MAX(tid) FROM transaction_log WHERE packed')
+        row = cursor.fetchone()
+        if row is not None and row[0]:
+            return _when(row[0])
+    return None
+
+
+_LABELS = (
+    ('database', 'database'), ('schema_version', 'schema version'),
+    ('history', 'history'), ('size_bytes', 'size'),
+    ('objects', 'objects'), ('revisions', 'revisions'),
+    ('revisions_per_object', 'revisions per object'),
+    ('transactions', 'transactions'),
+    ('oldest_revision', 'oldest revision'),
+    ('last_transaction', 'last transaction'), ('last_pack', 'last pack'),
+    ('blobs_in_database', 'blobs in the database'),
+    ('blob_bytes_in_database', 'blob bytes in the database'),
+)
+
+
+def _size(value):
+    for unit in ('bytes', 'KiB', 'MiB', 'GiB'):
+        if value < 1024 or unit == 'GiB':
+            return f'{value:,.0f} {unit}' if unit == 'bytes' else \
+                f'{value:,.1f} {unit}'
+        value /= 1024
+    return str(value)
+
+
+def _text(name, figures):
+    lines = [name]
+    for key, label in _LABELS:
+        if key not in figures:
+            continue
+        value = figures[key]
+        if value is None:
+            value = 'none' if key == 'last_pack' else '-'
+        elif key in ('size_bytes', 'blob_bytes_in_database'):
+            value = _size(value)
+        elif isinstance(value, int):
+            value = f'{value:,}'
+        lines.append(f'  {label:<28}{value}')
+    if figures.get('schema_version') is None:
+        lines.append('  (no relstorage schema yet)')
+    return '\n'.join(lines)
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    log = setup_logging(PROGRAM, quiet=True)
+    try:
+        configs = load_storage_configs(args.config)
+    except BadInput as e:
+        print(f'{PROGRAM}: error: {e}', file=sys.stderr)
+        return BAD_INPUT
+    status, found = OK, []
+    for config in configs:
+        name = storage_name(config)
+        if not isinstance(config, RelStorageFactory):
+            log.warning('%s is not a relstorage: passed over', name)
+            continue
+        try:
+            adapter = config.config.adapter.create()
+            adapter.configure(Options.from_section(config.config))
+            figures = collect(adapter.schema)
+        except Exception as e:
+            log.error('%s: cannot read it: %s', name,
+                      ' '.join(str(e).split()) or type(e).__name__)
+            status = FAILED
+            continue
+        found.append((name, figures))
+    if args.json:
+        print(json.dumps([dict(storage=name, **figures)
+                          for name, figures in found], indent=2))
+    else:
+        print('\n\n'.join(_text(name, figures) for name, figures in found))
+    return status
+
+
+if __name__ == '__main__':
+    sys.exit(main())
