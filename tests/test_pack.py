@@ -680,3 +680,44 @@ def test_writers_keep_committing_and_lose_nothing_during_a_pack(
     # The garbage made before the pack went.
     assert not any(_exists(storage, oid) for oid in dropped)
     db.close()
+
+
+
+def test_the_analysis_runs_in_a_transaction_committers_pass(
+        open_storage, backend, monkeypatch):
+    """pack_object is filled inside the pack's READ COMMITTED transaction
+    (on MySQL, not after the TRUNCATE that empties it, which commits: what
+    follows would run in autocommit at REPEATABLE READ, reading object_state
+    with shared locks that committers waited on or deadlocked with), and a
+    commit that changes and adds objects while it is open goes through."""
+    if backend.capabilities().database_wide_write_lock:
+        pytest.skip('one write lock for the whole database')
+    storage = open_storage(commit_lock_timeout=10)
+    db = ZODB.DB(storage)
+    _build(db, 60)
+    packer = storage._adapter.packer
+    fill = packer.fill
+    seen = {}
+
+    def fill_then_commit(cursor, pack_tid, since=None):
+        count = fill(cursor, pack_tid, since)
+        if backend.name.startswith('mysql'):
+            cursor.execute('SELECT @@in_transaction')
+            seen['in_transaction'] = cursor.fetchone()[0]
+        client = db.open()
+        root = client.root()
+        for key in [k for k in root.keys() if isinstance(k, int)][:10]:
+            root[key]['changed'] = True
+        root['new'] = PersistentMapping()
+        started = time.monotonic()
+        transaction.commit()
+        seen['commit'] = time.monotonic() - started
+        client.close()
+        return count
+    monkeypatch.setattr(packer, 'fill', fill_then_commit)
+    _pack(storage)
+    assert seen['commit'] < 2, seen
+    if backend.name.startswith('mysql'):
+        assert seen['in_transaction'] == 1, seen
+    assert len(_reachable(storage)) == 1 + 30 * 2 + 1
+    db.close()

@@ -413,9 +413,12 @@ class _Session:
         since = self.read(lambda: packer.base(cursor, earlier, pack_tid))
 
         def fill():
-            packer.clear_run(cursor)
             packer.start_run(cursor, pack_tid, gc, refs_tid)
             return packer.fill(cursor, pack_tid, since)
+        # Emptied in a transaction of its own: on MySQL emptying commits
+        # (TRUNCATE), and what followed it would run outside the READ
+        # COMMITTED transaction (adapters/mysql/pack.py, CLEAR_RUN).
+        self.write(lambda: packer.clear_run(cursor))
         objects = self.write(fill)
         progress.note('%s objects have revisions up to the pack time%s',
                       f'{objects:,}',

@@ -27,8 +27,14 @@ class _MySQLPacker(Packer):
     PARAM = '%s'
     # TRUNCATE, not DELETE: InnoDB deletes row by row with undo records
     # (a million rows of pack_object took seconds).  It commits the
-    # transaction it is in (DDL), so the pipeline only empties these tables
-    # first in a transaction, or last.
+    # transaction it is in (DDL), and what follows in the same call of
+    # _Session.write runs in autocommit mode at the session's isolation
+    # level, REPEATABLE READ, not the READ COMMITTED of begin_write: an
+    # INSERT ... SELECT there reads its source with shared next-key locks
+    # (a FILL after the TRUNCATEs held 4.5 million on object_state for the
+    # minute it ran, at 1,000,000 documents, and a committer deadlocked
+    # with it in tpc_finish).  So the pipeline empties these tables last
+    # in a transaction, or in one of their own.
     CLEAR_RUN = (
         'TRUNCATE pack_run',
         'TRUNCATE pack_object',
@@ -172,12 +178,14 @@ class HistoryPreservingPacker(HistoryPreservingMixin, _MySQLPacker):
         FOR UPDATE SKIP LOCKED"""
     DELETE_GARBAGE = tuple(_DELETE_GARBAGE.format(table=table) for table in (
         'object_state', 'object_ref', 'object_blob')) + (
-        # The current revision is at or before the pack tid and no revision
-        # is left: the object is gone.  (A join, not NOT EXISTS.)
+        # The current revision, the newest, is at or before the pack tid:
+        # the statements before removed every revision, so the object is
+        # gone.  (Its row is locked since lock_garbage: no commit moved it
+        # meanwhile.  No join with object_state, whose rows committers
+        # write.)
         """DELETE c FROM pack_batch b
            STRAIGHT_JOIN current_object c ON c.zoid = b.zoid
-           LEFT JOIN object_state o ON o.zoid = c.zoid
-           WHERE c.tid <= %s AND o.zoid IS NULL""",
+           WHERE c.tid <= %s""",
     )
     DELETE_OLD = tuple(_DELETE_OLD.format(table=table) for table in (
         'object_state', 'object_ref', 'object_blob'))
