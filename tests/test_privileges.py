@@ -40,7 +40,12 @@ def _statements(text, **names):
     return [s.strip() for s in text.format(**names).split(';') if s.strip()]
 
 
-def _exercise(storage, tmp_path):
+def _exercise(adapter, tmp_path):
+    """Open a storage on ``adapter`` with create-schema false and do what
+    an application and zodbpack do."""
+    storage = RelStorage(adapter, create_schema=False, keep_history=True,
+                         blob_dir=str(tmp_path / 'blobs'),
+                         shared_blob_dir=False)
     db = ZODB.DB(storage)
     try:
         conn = db.open()
@@ -71,11 +76,6 @@ def _exercise(storage, tmp_path):
         db.close()
 
 
-def _options(tmp_path):
-    return dict(create_schema=False, keep_history=True,
-                blob_dir=str(tmp_path / 'blobs'), shared_blob_dir=False)
-
-
 def test_postgresql_least_privilege_user(backend, database, tmp_path):
     if not backend.name.startswith('postgresql'):
         pytest.skip('PostgreSQL only')
@@ -92,12 +92,8 @@ def test_postgresql_least_privilege_user(backend, database, tmp_path):
                 cursor.execute(statement)
         dsn = ' '.join(part for part in database.split()
                        if not part.startswith('user=')) + f' user={user}'
-        storage = RelStorage(PostgreSQLAdapter(dsn=dsn, driver=backend.driver),
-                             **_options(tmp_path))
-        try:
-            _exercise(storage, tmp_path)
-        finally:
-            storage.close()
+        _exercise(PostgreSQLAdapter(dsn=dsn, driver=backend.driver),
+                  tmp_path)
     finally:
         with admin.cursor() as cursor:
             cursor.execute(f'DROP OWNED BY {user}')
@@ -119,14 +115,9 @@ def test_mysql_least_privilege_user(backend, database, tmp_path):
             for statement in _statements(MYSQL_GRANTS, db=database,
                                          user=user):
                 cursor.execute(statement)
-        storage = RelStorage(
-            MySQLAdapter(host=MYSQL_HOST, user=name, passwd='secret',
-                         db=database, driver=backend.driver),
-            **_options(tmp_path))
-        try:
-            _exercise(storage, tmp_path)
-        finally:
-            storage.close()
+        _exercise(MySQLAdapter(host=MYSQL_HOST, user=name, passwd='secret',
+                               db=database, driver=backend.driver),
+                  tmp_path)
     finally:
         with admin.cursor() as cursor:
             cursor.execute(f'DROP USER {user}')

@@ -101,6 +101,19 @@ def _unknown(uri, rest, scheme, extra=''):
             f'database_name, connection_* and demostorage')
 
 
+def _server(split):
+    """``host``, ``port``, ``user``, ``password`` and ``dbname`` as the
+    URI ``split`` gives them (percent-decoded), libpq's names."""
+    found = {}
+    for key, value in (('host', split.hostname), ('port', split.port),
+                       ('user', split.username),
+                       ('password', split.password),
+                       ('dbname', split.path.lstrip('/'))):
+        if value:
+            found[key] = value if key == 'port' else unquote(value)
+    return found
+
+
 def _factory(make_adapter, options, demo):
     def factory():
         from relstorage.storage import RelStorage
@@ -138,18 +151,7 @@ def resolve_postgresql(uri):
     if 'dsn' in keys:
         raise ConfigurationError(
             f'{uri}: dsn cannot be given in a URI: the URI is the DSN')
-    parts = {}
-    if split.hostname:
-        parts['host'] = unquote(split.hostname)
-    if split.port:
-        parts['port'] = split.port
-    if split.username:
-        parts['user'] = unquote(split.username)
-    if split.password:
-        parts['password'] = unquote(split.password)
-    dbname = unquote(split.path.lstrip('/'))
-    if dbname:
-        parts['dbname'] = dbname
+    parts = _server(split)
     parts.update(libpq)
     dsn = ' '.join(f'{k}={_dsn_value(v)}' for k, v in parts.items())
     driver = keys.get('driver')
@@ -172,17 +174,9 @@ def resolve_mysql(uri):
             raise ConfigurationError(
                 f'{uri}: {key} belongs in the URI itself '
                 f'(mysql://user:password@host:port/db)')
-    if split.hostname:
-        keys['host'] = unquote(split.hostname)
-    if split.port:
-        keys['port'] = split.port
-    if split.username:
-        keys['user'] = unquote(split.username)
-    if split.password:
-        keys['passwd'] = unquote(split.password)
-    db = unquote(split.path.lstrip('/'))
-    if db:
-        keys['db'] = db
+    names = {'password': 'passwd', 'dbname': 'db'}
+    keys.update((names.get(key, key), value)
+                for key, value in _server(split).items())
     storage_options = _options(uri, options)
     # The keys are checked now (convert_section names a bad one).
     from relstorage.adapters.mysql import MySQLAdapter

@@ -63,6 +63,29 @@ def load_storage_configs(path):
     return config.storages
 
 
+def load_or_report(program, path):
+    """``load_storage_configs(path)``, or None after saying on standard
+    error why it cannot be used (the caller exits with BAD_INPUT)."""
+    try:
+        return load_storage_configs(path)
+    except BadInput as e:
+        print(f'{program}: error: {e}', file=sys.stderr)
+        return None
+
+
+def relstorage_adapter(config):
+    """The adapter of a ``<relstorage>`` section value, configured with
+    the section's options, or None for another kind of storage.  No
+    storage is opened (a storage refuses a schema it does not know)."""
+    from relstorage.config import RelStorageFactory
+    from relstorage.options import Options
+    if not isinstance(config, RelStorageFactory):
+        return None
+    adapter = config.config.adapter.create()
+    adapter.configure(Options.from_section(config.config))
+    return adapter
+
+
 def load_named_storages(path, names):
     """The storage sections named ``names`` (``<filestorage source>``)
     of the ZConfig file ``path``, in that order; each must be there once.

@@ -30,12 +30,10 @@ from relstorage.adapters.schema import SCHEMA_VERSION
 from relstorage.cli import BAD_INPUT
 from relstorage.cli import FAILED
 from relstorage.cli import OK
-from relstorage.cli import BadInput
-from relstorage.cli import load_storage_configs
+from relstorage.cli import load_or_report
+from relstorage.cli import relstorage_adapter
 from relstorage.cli import setup_logging
 from relstorage.cli import storage_name
-from relstorage.config import RelStorageFactory
-from relstorage.options import Options
 
 PROGRAM = 'relstorage-migrate'
 
@@ -68,10 +66,8 @@ def parser():
 def main(argv=None):
     args = parser().parse_args(argv)
     log = setup_logging(PROGRAM, args.quiet)
-    try:
-        configs = load_storage_configs(args.config)
-    except BadInput as e:
-        print(f'{PROGRAM}: error: {e}', file=sys.stderr)
+    configs = load_or_report(PROGRAM, args.config)
+    if configs is None:
         return BAD_INPUT
     status = OK
     for config in configs:
@@ -81,12 +77,11 @@ def main(argv=None):
 
 def _one(config, args, log):
     name = storage_name(config)
-    if not isinstance(config, RelStorageFactory):
-        log.info('%s is not a relstorage: nothing to migrate', name)
-        return OK
     try:
-        adapter = config.config.adapter.create()
-        adapter.configure(Options.from_section(config.config))
+        adapter = relstorage_adapter(config)
+        if adapter is None:
+            log.info('%s is not a relstorage: nothing to migrate', name)
+            return OK
         schema = adapter.schema
         version, keep_history = schema.status()
     except Exception as e:

@@ -20,12 +20,10 @@ from relstorage.adapters.pack import PackRun
 from relstorage.cli import BAD_INPUT
 from relstorage.cli import FAILED
 from relstorage.cli import OK
-from relstorage.cli import BadInput
-from relstorage.cli import load_storage_configs
+from relstorage.cli import load_or_report
+from relstorage.cli import relstorage_adapter
 from relstorage.cli import setup_logging
 from relstorage.cli import storage_name
-from relstorage.config import RelStorageFactory
-from relstorage.options import Options
 from relstorage.tids import tid_time
 
 PROGRAM = 'relstorage-stats'
@@ -157,20 +155,17 @@ def _text(name, figures):
 def main(argv=None):
     args = parser().parse_args(argv)
     log = setup_logging(PROGRAM, quiet=True)
-    try:
-        configs = load_storage_configs(args.config)
-    except BadInput as e:
-        print(f'{PROGRAM}: error: {e}', file=sys.stderr)
+    configs = load_or_report(PROGRAM, args.config)
+    if configs is None:
         return BAD_INPUT
     status, found = OK, []
     for config in configs:
         name = storage_name(config)
-        if not isinstance(config, RelStorageFactory):
-            log.warning('%s is not a relstorage: passed over', name)
-            continue
         try:
-            adapter = config.config.adapter.create()
-            adapter.configure(Options.from_section(config.config))
+            adapter = relstorage_adapter(config)
+            if adapter is None:
+                log.warning('%s is not a relstorage: passed over', name)
+                continue
             figures = collect(adapter.schema)
         except Exception as e:
             log.error('%s: cannot read it: %s', name,

@@ -26,10 +26,9 @@ from relstorage.cli import BAD_INPUT
 from relstorage.cli import FAILED
 from relstorage.cli import OK
 from relstorage.cli import STOPPED
-from relstorage.cli import BadInput
 from relstorage.cli import TerminalProgress
 from relstorage.cli import find_relstorage
-from relstorage.cli import load_storage_configs
+from relstorage.cli import load_or_report
 from relstorage.cli import setup_logging
 from relstorage.cli import stop_on_ctrl_c
 from relstorage.cli import storage_name
@@ -89,10 +88,8 @@ def parser():
 def main(argv=None):
     args = parser().parse_args(argv)
     log = setup_logging(PROGRAM, args.quiet)
-    try:
-        configs = load_storage_configs(args.config)
-    except BadInput as e:
-        print(f'{PROGRAM}: error: {e}', file=sys.stderr)
+    configs = load_or_report(PROGRAM, args.config)
+    if configs is None:
         return BAD_INPUT
     progress = TerminalProgress()
     status = OK
