@@ -34,6 +34,8 @@ def test_the_counters_follow_what_the_storage_does(open_storage):
     assert after['commit_seconds'] > before['commit_seconds']
     assert after['lock_wait_seconds'] >= before['lock_wait_seconds']
     assert after['polls'] > before['polls']
+    # Its own commit is no invalidation for the connection that made it.
+    assert after['invalidations'] == before['invalidations']
 
     # Loads by another connection: its storage instance counts them, and
     # the totals include them, also once it is gone.

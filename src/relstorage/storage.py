@@ -35,6 +35,7 @@ from ZODB.utils import tid_repr
 from ZODB.utils import z64
 
 from relstorage import undo as _undo
+from relstorage import metrics
 from relstorage import persistentcache
 from relstorage.blobs import make_blobs
 from relstorage.blobs.api import BlobMethods
@@ -45,10 +46,9 @@ from relstorage.localcache import entry_state
 from relstorage.localcache import make_cache
 from relstorage.errors import CommitLockTimeoutError
 from relstorage.iteration import TransactionIterator
+from relstorage.metrics import Metrics
 from relstorage.oidpool import OIDPool
 from relstorage.readahead import Families
-from relstorage import metrics
-from relstorage.metrics import Metrics
 from relstorage.options import Options
 from relstorage.options import ignored
 from relstorage.reconnect import retry_if_disconnected
@@ -290,7 +290,6 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
             new = self._polled_tid = self._snapshot_tid
             own, self._own_tids = self._own_tids, set()
             self._counters.polls += 1
-            self._counters.invalidations += len(changes or ())
             if prev is None or new == prev:
                 self._advance_cache(cursor, None, new, ())
                 return []
@@ -299,7 +298,9 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
                 self._advance_cache(cursor, None, new, ())
                 return None
             self._advance_cache(cursor, prev, new, changes)
-            return [p64(oid) for oid, tid in changes if tid not in own]
+            changed = [p64(oid) for oid, tid in changes if tid not in own]
+            self._counters.invalidations += len(changed)
+            return changed
 
     def _advance_cache(self, cursor, prev, new, changes):
         """Tell the shared cache what changed up to ``new``; when this
