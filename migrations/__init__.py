@@ -18,7 +18,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 _STEP_DIR = re.compile(r'^(\d{4})-[a-z0-9-]+$')
 
 
-def _mode(keep_history):
+def mode_name(keep_history):
+    """``history-preserving`` or ``history-free``: the history mode as
+    file names and messages write it."""
     return 'history-preserving' if keep_history else 'history-free'
 
 
@@ -33,14 +35,14 @@ class Step:
         """The SQL file of this step for ``database`` (``postgresql``,
         ``mysql``, ``sqlite``) and history mode."""
         directory = os.path.join(HERE, self.name)
-        for name in (f'{database}-{_mode(keep_history)}.sql',
+        for name in (f'{database}-{mode_name(keep_history)}.sql',
                      f'{database}.sql'):
             path = os.path.join(directory, name)
             if os.path.exists(path):
                 return path
         raise FileNotFoundError(
             f'migration step {self.name} has no SQL for {database} '
-            f'({_mode(keep_history)}) in {directory}')
+            f'({mode_name(keep_history)}) in {directory}')
 
     def relative_path(self, database, keep_history):
         """``path`` as written in the source tree (for messages)."""

@@ -17,21 +17,21 @@ import threading
 import time
 import weakref
 
-#: name -> (kind, help).  Seconds are sums of durations.
+#: name -> help (Prometheus counters).  Seconds are sums of durations.
 COUNTERS = {
-    'loads': ('counter', 'objects loaded (load, loadBefore)'),
-    'polls': ('counter', 'snapshots started (poll_invalidations)'),
-    'invalidations': ('counter', 'objects changed by others, seen at polls'),
-    'commits': ('counter', 'transactions committed'),
-    'aborts': ('counter', 'transactions aborted after tpc_begin'),
-    'commit_seconds': ('counter', 'seconds from tpc_begin to the end of '
-                                  'tpc_finish, committed transactions'),
-    'lock_wait_seconds': ('counter', 'seconds spent taking the locks of '
-                                     'a commit at vote'),
-    'conflicts': ('counter', 'commits that failed with a ConflictError'),
-    'conflicts_resolved': ('counter', 'conflicts resolved at vote'),
-    'objects_written': ('counter', 'object states stored by commits'),
-    'bytes_written': ('counter', 'bytes of object states stored'),
+    'loads': 'objects loaded (load, loadBefore)',
+    'polls': 'snapshots started (poll_invalidations)',
+    'invalidations': 'objects changed by others, seen at polls',
+    'commits': 'transactions committed',
+    'aborts': 'transactions aborted after tpc_begin',
+    'commit_seconds': 'seconds from tpc_begin to the end of tpc_finish, '
+                      'committed transactions',
+    'lock_wait_seconds': 'seconds spent taking the locks of a commit at '
+                         'vote',
+    'conflicts': 'commits that failed with a ConflictError',
+    'conflicts_resolved': 'conflicts resolved at vote',
+    'objects_written': 'object states stored by commits',
+    'bytes_written': 'bytes of object states stored',
 }
 
 
@@ -162,7 +162,7 @@ class _Collector:
         from prometheus_client.core import GaugeMetricFamily
         storages = [s for s in list(_storages) if not s._closed]
         figures = [snapshot(s) for s in storages]
-        for name, (kind, text) in COUNTERS.items():
+        for name, text in COUNTERS.items():
             family = CounterMetricFamily(
                 f'relstorage_{name}', text, labels=['storage'])
             for values in figures:

@@ -45,10 +45,6 @@ def ddl_statements(directory, keep_history):
     return sql_statements(os.path.join(directory, name))
 
 
-def _mode(keep_history):
-    return 'history-preserving' if keep_history else 'history-free'
-
-
 @implementer(ISchema)
 class Schema:
 
@@ -215,5 +211,5 @@ class Schema:
         keep_history = cursor.fetchone()[0]
         if bool(keep_history) != self.keep_history:
             raise SchemaError(
-                f'{self.describe()} holds a {_mode(keep_history)} schema but '
+                f'{self.describe()} holds a {migrations.mode_name(keep_history)} schema but '
                 f'keep-history is {str(self.keep_history).lower()}')

@@ -26,6 +26,7 @@ import sys
 from ZODB.POSException import StorageError
 
 from relstorage import migrations
+from relstorage.migrations import mode_name
 from relstorage.adapters.schema import SCHEMA_VERSION
 from relstorage.cli import BAD_INPUT
 from relstorage.cli import FAILED
@@ -36,10 +37,6 @@ from relstorage.cli import setup_logging
 from relstorage.cli import storage_name
 
 PROGRAM = 'relstorage-migrate'
-
-
-def _mode(keep_history):
-    return 'history-preserving' if keep_history else 'history-free'
 
 
 def parser():
@@ -105,7 +102,7 @@ def _one(config, args, log):
     if not steps:
         log.info('%s: %s holds schema version %d (%s), the version this '
                  'relstorage needs: nothing to do', name, where, version,
-                 _mode(keep_history))
+                 mode_name(keep_history))
         return OK
     try:
         files = [step.relative_path(schema.DATABASE, keep_history)
@@ -114,7 +111,7 @@ def _one(config, args, log):
         log.error('%s: %s', name, e)
         return FAILED
     log.info('%s: %s holds schema version %d (%s); this relstorage needs '
-             'version %d: %s', name, where, version, _mode(keep_history),
+             'version %d: %s', name, where, version, mode_name(keep_history),
              SCHEMA_VERSION, ', '.join(files))
     if args.sql:
         _print_sql(name, where, version, steps, schema.DATABASE,
@@ -127,7 +124,7 @@ def _one(config, args, log):
         return FAILED
     if keep_history != schema.keep_history:
         log.error('%s: %s holds a %s schema but the section says '
-                  'keep-history %s', name, where, _mode(keep_history),
+                  'keep-history %s', name, where, mode_name(keep_history),
                   str(schema.keep_history).lower())
         return FAILED
     try:
@@ -146,7 +143,7 @@ def _one(config, args, log):
 
 def _print_sql(name, where, version, steps, database, keep_history):
     print(f'-- {name}: {where}, schema version {version} to '
-          f'{SCHEMA_VERSION} ({_mode(keep_history)})')
+          f'{SCHEMA_VERSION} ({mode_name(keep_history)})')
     for step in steps:
         print(f'\n-- {step.relative_path(database, keep_history)}')
         with open(step.path(database, keep_history), encoding='utf-8') as f:

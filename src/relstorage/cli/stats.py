@@ -17,6 +17,7 @@ import sys
 import time
 
 from relstorage.adapters.pack import PackRun
+from relstorage.migrations import mode_name
 from relstorage.cli import BAD_INPUT
 from relstorage.cli import FAILED
 from relstorage.cli import OK
@@ -65,8 +66,7 @@ def collect(schema):
     cursor = conn.cursor()
     try:
         value = _one_value
-        figures['history'] = ('history-preserving' if keep_history
-                              else 'history-free')
+        figures['history'] = mode_name(keep_history)
         figures['size_bytes'] = int(value(cursor, schema.SIZE) or 0)
         figures['revisions'] = value(cursor,
                                      'SELECT COUNT(*) FROM object_state')
