@@ -19,6 +19,7 @@ from ZODB.utils import u64
 from backends import query
 from relstorage.errors import PackError
 from relstorage.errors import PackStopped
+from relstorage.pack import DELETING
 from relstorage.pack import Progress
 
 
@@ -56,7 +57,6 @@ class Recorder(Progress):
 
 
 ANALYSED = 'revisions analysed for references'
-GARBAGE = 'garbage objects removed'
 
 
 def _count(storage, table):
@@ -235,7 +235,8 @@ def test_a_deletion_stopped_part_way_is_continued(open_storage,
     storage = open_storage(pack_batch_timeout=0.0, pack_duty_cycle=1.0)
     db = ZODB.DB(storage)
     dropped = _build(db, 300)
-    stopped = Recorder(stop_in=GARBAGE, stop_after=3)
+    deleting = DELETING[storage._adapter.packer.keep_history]
+    stopped = Recorder(stop_in=deleting, stop_after=3)
     with pytest.raises(PackStopped):
         _pack(storage, progress=stopped)
     gone = [oid for oid in dropped if not _exists(storage, oid)]
@@ -244,7 +245,11 @@ def test_a_deletion_stopped_part_way_is_continued(open_storage,
     assert run[0][0] == 1 and run[0][1] >= max(gone)
     rest = Recorder()
     _pack(storage, skip_prepack=True, progress=rest)
-    assert rest.phases[GARBAGE][1] == len(dropped) - stopped.count(GARBAGE)
+    # The rest of the objects, none twice (history-preserving: also the
+    # root, whose old revisions go).
+    total = stopped.phases[deleting][0]
+    assert total == len(dropped) + storage._adapter.packer.keep_history
+    assert rest.phases[deleting] == [total - stopped.count(deleting)] * 2
     assert not any(_exists(storage, oid) for oid in dropped)
     assert len(_reachable(storage)) == 1 + 300
     db.close()
@@ -657,7 +662,7 @@ def test_writers_keep_committing_and_lose_nothing_during_a_pack(
 
         def add(self, count):
             super().add(count)
-            if self.what == GARBAGE and not self.during:
+            if self.what in DELETING.values() and not self.during:
                 before = len(moves)
                 deadline = time.monotonic() + 30
                 while len(moves) < before + 3 and \
@@ -721,3 +726,9 @@ def test_the_analysis_runs_in_a_transaction_committers_pass(
         assert seen['in_transaction'] == 1, seen
     assert len(_reachable(storage)) == 1 + 30 * 2 + 1
     db.close()
+
+
+def test_the_packer_provides_its_interface(open_storage):
+    from relstorage.adapters.interfaces import IPacker
+    from zope.interface.verify import verifyObject
+    assert verifyObject(IPacker, open_storage()._adapter.packer)

@@ -17,6 +17,8 @@ from ZODB.serialize import referencesf
 from ZODB.utils import p64
 from ZODB.utils import u64
 
+from relstorage.pack import DELETING
+
 from children import run_on_terminal
 ZODBPACK = os.path.join(os.path.dirname(sys.executable), 'zodbpack')
 TIMEOUT = 120
@@ -106,7 +108,7 @@ def _helper_rows(storage):
         cm.close(conn, cursor)
 
 
-def test_packs_every_storage_of_the_file(config, tmp_path):
+def test_packs_every_storage_of_the_file(config, tmp_path, keep_history):
     path = config()
     dropped = _fill(path, 40)
     fs_path = tmp_path / 'Data.fs'
@@ -124,7 +126,7 @@ def test_packs_every_storage_of_the_file(config, tmp_path):
     assert result.returncode == 0, result.stderr
     assert 'packing storage (relstorage)' in result.stderr
     assert 'packing fs (filestorage)' in result.stderr
-    assert 'garbage objects removed' in result.stderr
+    assert DELETING[keep_history] + ' (' in result.stderr
     assert _state(path, dropped) == (0, 1 + 20 * 2, 0)
     assert os.path.exists(str(fs_path) + '.old')     # FileStorage packed
 
@@ -278,13 +280,14 @@ def _kill(proc):
     proc.communicate(timeout=TIMEOUT)
 
 
-def test_ctrl_c_stops_at_a_batch_boundary_and_a_later_run_goes_on(config):
+def test_ctrl_c_stops_at_a_batch_boundary_and_a_later_run_goes_on(
+        config, keep_history):
     slow = config('slow.conf', pack_batch_timeout=0.001,
                   pack_duty_cycle=0.02)
     fast = config()
     dropped = _fill(fast, 1000)
     proc = _start('-d', '-1', slow)
-    _wait_for(proc, 'garbage objects removed (')
+    _wait_for(proc, DELETING[keep_history] + ' (')
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=TIMEOUT)
     assert proc.returncode == 130, err
@@ -313,9 +316,7 @@ def test_killed_in_each_phase_and_run_again(config, keep_history):
     db.close()
     phases = ['revisions analysed for references',
               'objects reached from the root',
-              'garbage objects removed (']
-    if keep_history:
-        phases.append('objects with old revisions removed (')
+              DELETING[keep_history] + ' (']
     for phase in phases:
         proc = _start('-d', '-1', slow)
         _wait_for(proc, phase)
@@ -336,5 +337,6 @@ def test_progress_on_a_terminal(tmp_path):
     status, text = run_on_terminal([ZODBPACK, '-d', '-1', str(path)], TIMEOUT)
     assert status == 0, text
     # The live line: count of total, rate and time left.
-    assert '\r\x1b[K  garbage objects removed: ' in text
-    assert ' of 3,000, ' in text and '/s, ' in text and 's left' in text
+    assert f'\r\x1b[K  {DELETING[True]}: ' in text
+    # (3,000 garbage objects, and the root's old revisions.)
+    assert ' of 3,001, ' in text and '/s, ' in text and 's left' in text

@@ -33,8 +33,9 @@ pack lock (one pack at a time; zodbpack and storage.pack alike):
    whatever they refer to is reached after all (an undo, or a client
    holding on to an object across transactions).
    Transactions up to the pack tid are marked packed first (undo refuses
-   them from then on).  Garbage goes first, then (history-preserving) the
-   revisions older than each kept one; each batch records where it got to.
+   them from then on).  One pass in key order removes the garbage and
+   (history-preserving) the revisions older than each kept one; each
+   batch records where it got to.
 4. **Finish**: transactions left without data are removed, the analysis
    tables emptied; a pack that ran from its analysis to its end, skipping
    no object, leaves its own row in ``pack_run`` for the next to build
@@ -75,6 +76,11 @@ MIN_BATCH, MAX_BATCH = 20, 20000
 CATCH_UP_EVERY = 5.0
 #: Blobs whose chunks one transaction removes.
 BLOB_BATCH = 100
+#: The deletion phase's name, by history mode (keep_history).  It counts
+#: objects: those removed and (history-preserving) those whose old
+#: revisions are removed.
+DELETING = {False: 'garbage objects removed',
+            True: 'garbage objects and old revisions removed'}
 
 
 def _when(tid):
@@ -517,27 +523,20 @@ class _Session:
         # earlier process removed part (it may have skipped objects).
         whole = run.phase == run.ANALYSED and run.upto == -1
         if run.phase == run.ANALYSED:
+            if run.counts and run.upto == -1:
+                total = sum(run.counts)
+            else:
+                total = self.read(
+                    lambda: packer.count_doomed(cursor, run.gc, run.upto))
             skipped = self._batches(
-                run, pacer, 'garbage objects removed',
-                lambda after, size: packer.garbage(cursor, run.gc, after,
-                                                   size),
-                lambda zoids: packer.delete_garbage(cursor, zoids,
-                                                    run.pack_tid),
-                run.counts[0] if run.counts else
-                self.read(lambda: packer.count_garbage(cursor, run.gc)))
+                run, pacer, DELETING[packer.keep_history],
+                lambda after, size: packer.doomed(cursor, run.gc, after,
+                                                  size),
+                lambda rows: packer.delete_doomed(cursor, rows,
+                                                  run.pack_tid),
+                total)
             whole = whole and not skipped
-            run.phase, run.upto = run.GARBAGE_DONE, -1
-            self.write(lambda: packer.update_run(cursor, run.phase, -1))
-        if run.phase == run.GARBAGE_DONE:
-            if packer.keep_history:
-                self._batches(
-                    run, pacer, 'objects with old revisions removed',
-                    lambda after, size: packer.old_revisions(
-                        cursor, run.gc, after, size),
-                    lambda rows: packer.delete_old_revisions(cursor, rows),
-                    run.counts[1] if run.counts else
-                    self.read(lambda: packer.count_old(cursor, run.gc)))
-            run.phase, run.upto = run.OLD_DONE, -1
+            run.phase, run.upto = run.DELETED, -1
             self.write(lambda: packer.update_run(cursor, run.phase, -1))
 
         def finish():
@@ -549,9 +548,9 @@ class _Session:
         self.progress.note('pack to %s done', _when(run.pack_tid))
 
     def _batches(self, run, pacer, what, fetch, apply, total):
-        """Fetch and apply batches until none is left; returns how many
-        of the rows fetched were not applied (``apply`` returns how many
-        were, or None for all)."""
+        """Fetch and apply batches of rows (their first item a zoid, in
+        order) until none is left; returns how many of the rows fetched
+        were not applied (``apply`` returns how many were)."""
         packer, cursor = self.packer, self.cursor
         progress = self.progress
         progress.phase(what, total)
@@ -567,13 +566,12 @@ class _Session:
                 rows = self.read(lambda: fetch(run.upto, pacer.size))
                 if not rows:
                     return skipped
-                last = rows[-1]
-                upto = last[0] if isinstance(last, tuple) else last
+                upto = rows[-1][0]
 
                 def batch():
                     applied = apply(rows)
                     packer.update_run(cursor, run.phase, upto)
-                    return len(rows) if applied is None else applied
+                    return applied
                 skipped += len(rows) - self.write(batch)
                 run.upto = upto
                 progress.add(len(rows))

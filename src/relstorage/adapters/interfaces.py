@@ -426,12 +426,64 @@ class IBlobMover(Interface):
 
 
 class IPacker(Interface):
-    """The SQL of packing (driven by relstorage.pack).  Works on a
-    connection of its own: the analysis in one read snapshot, each deletion
-    batch in its own short write transaction."""
+    """The SQL of packing (driven by relstorage.pack, which documents the
+    pipeline; the tables are migration 0003's).  Works on a connection of
+    its own: reads in snapshots, each write in a short transaction of its
+    own that the caller begins and commits."""
 
-    def prepare(cursor):
-        """Create (if needed) and empty the helper tables."""
+    keep_history = Attribute("Whether the schema keeps history.")
+
+    def try_lock(conn, cursor):
+        """Take the database's pack lock without waiting: a function that
+        releases it, or None when another pack holds it."""
+
+    def oldest_transaction(cursor):
+        """The start (seconds since the epoch) of the oldest transaction
+        another session of the database has open, or None."""
+
+    # -- references (object_ref, pack_state) --
+
+    def refs_state(cursor):
+        """The ``RefsState`` of the analysis, or None (nothing analysed)."""
+
+    def set_refs_state(cursor, state):
+        """Record how far the analysis has got."""
+
+    def clear_refs(cursor):
+        """Forget every recorded reference."""
+
+    def scan_page(cursor, scan_tid, zoid, limit):
+        """``[(zoid, tid, state)]``: current revisions up to ``scan_tid``
+        after ``zoid``, by zoid (a first analysis)."""
+
+    def tail_page(cursor, tid, zoid, up_to, limit):
+        """``[(zoid, tid, state)]``: current revisions after ``(tid,
+        zoid)`` up to tid ``up_to``, by (tid, zoid)."""
+
+    def kept_unanalysed(cursor, pack_tid, zoid, limit):
+        """``[(zoid, tid, state)]``: kept revisions, no longer current,
+        whose references are not recorded (history-preserving)."""
+
+    def add_refs(cursor, refs):
+        """Record ``(zoid, tid, to_zoid)`` references."""
+
+    def drop_refs(cursor, zoids):
+        """Forget the references of ``zoids`` (history-free: their
+        revision was replaced)."""
+
+    # -- one pack's analysis (pack_run, pack_object, pack_reached) --
+
+    def run(cursor):
+        """The ``PackRun`` in pack_run, or None."""
+
+    def clear_run(cursor):
+        """Empty the analysis tables (the caller's transaction holds
+        nothing else)."""
+
+    def base(cursor, earlier, pack_tid):
+        """The ``since`` that ``fill`` may use for a pack to ``pack_tid``,
+        given ``earlier``, the PackRun in pack_run before this pack's
+        analysis (None: a whole ``fill``)."""
 
     def fill(cursor, pack_tid, since=None):
         """Record in ``pack_object`` every object with a revision at or
@@ -441,53 +493,37 @@ class IPacker(Interface):
         objects unchanged since the finished pack to it are taken as that
         pack left them, without reading their revisions."""
 
-    def base(cursor, earlier, pack_tid):
-        """The ``since`` that ``fill`` may use for a pack to ``pack_tid``,
-        given ``earlier``, the PackRun in pack_run before this pack's
-        analysis (None: a whole ``fill``)."""
+    def seed(cursor, pack_tid):
+        """Mark reached, at depth 0, the root and what is written after
+        ``pack_tid`` or referred to from there; returns how many."""
+
+    def walk_step(cursor, depth):
+        """Mark reached what the objects reached at ``depth`` refer to;
+        returns how many (0: the walk is over)."""
+
+    def rescue(cursor, zoids, depth):
+        """Mark reached the objects of ``zoids`` that were not."""
 
     def done(cursor, run):
         """After the analysis tables are emptied, record ``run`` as a pack
         that ran from its analysis to its end without skipping an
         object."""
 
-    def kept_states(cursor, after_zoid, limit):
-        """``[(zoid, state)]`` of the kept revisions, by zoid, after
-        ``after_zoid``."""
+    # -- deletion --
 
-    def newer_states(cursor, pack_tid, after, limit):
-        """``[(zoid, tid, state)]`` of revisions later than ``pack_tid``,
-        ordered by (zoid, tid), after the pair ``after``."""
+    def doomed(cursor, gc, after, limit):
+        """``[(zoid, keep_tid, garbage)]`` by zoid after ``after``: the
+        objects that go (``garbage``) and the kept ones with older
+        revisions."""
 
-    def add_refs(cursor, refs):
-        """Store ``(zoid, to_zoid)`` reference pairs in ``pack_ref``."""
+    def delete_doomed(cursor, rows, pack_tid):
+        """Remove what ``rows`` of ``doomed`` say; returns how many were
+        applied.  Never waits for a row lock: garbage whose rows a
+        committer holds is skipped (it is being written, so it is no
+        longer garbage)."""
 
-    def refs_of(cursor, zoids):
-        """The zoids referenced by the kept revisions of ``zoids``."""
-
-    def pack_oids(cursor, after_zoid, limit):
-        """``[(zoid, keep_is_deletion)]`` from ``pack_object`` by zoid."""
-
-    def add_garbage(cursor, zoids):
-        """Record zoids whose revisions up to the pack tid all go."""
-
-    def garbage(cursor, after_zoid, limit):
-        """The recorded garbage zoids, by zoid."""
-
-    def delete_garbage(cursor, zoids, pack_tid):
-        """Remove every revision at or before ``pack_tid`` of ``zoids`` (and
-        the current-object entry of those that have nothing left).  Runs
-        under the commit lock, so it must never wait for a row lock: objects
-        whose rows a voting committer holds are skipped (they are being
-        written, so they are no longer garbage)."""
-
-    def old_revisions(cursor, after_zoid, limit):
-        """``[(zoid, keep_tid)]`` of kept objects that have revisions older
-        than ``keep_tid``, by zoid.  (History-free: none.)"""
-
-    def delete_old_revisions(cursor, rows):
-        """Remove the revisions older than ``keep_tid`` for each row."""
+    def mark_packed(cursor, pack_tid):
+        """Mark the transactions up to ``pack_tid`` packed (no undo)."""
 
     def finish(cursor, pack_tid):
-        """Mark transactions up to ``pack_tid`` packed and remove those left
-        without data."""
+        """Remove the transactions up to ``pack_tid`` left without data."""
