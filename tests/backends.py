@@ -98,6 +98,12 @@ class PostgreSQLBackend:
         return _zconfig('postgresql', {'dsn': database, 'driver': self.driver},
                         keep_history, extra)
 
+    def server(self):
+        """``(host, port)`` of the server, as a replica file names it."""
+        from psycopg2.extensions import parse_dsn
+        params = parse_dsn(PG_DSN)
+        return params.get('host', '127.0.0.1'), int(params.get('port', 5432))
+
     def kill_sessions(self, database):
         """Drop every server session connected to ``database``, as a server
         restart or pg_terminate_backend would.  Returns how many."""
@@ -139,6 +145,10 @@ class MySQLBackend:
             cursor.execute(f'CREATE DATABASE {name}')
         self._databases.append(name)
         return name
+
+    def server(self):
+        """``(host, port)`` of the server, as a replica file names it."""
+        return MYSQL_HOST, 3306
 
     def _keys(self, database):
         return {'host': MYSQL_HOST, 'user': MYSQL_USER, 'db': database}

@@ -55,7 +55,16 @@ def open_storage(backend, database, keep_history):
 
 def pytest_terminal_summary(terminalreporter):
     """Print how many of ZODB's conformance tests ran, per backend and
-    suite, so that a silent loss of collected mixin methods shows."""
+    suite, so that a silent loss of collected mixin methods shows; and what
+    the fault, replica and hostile-input tests tried (tests/tally.py)."""
+    import tally
+    if tally.COUNTS:
+        terminalreporter.write_sep('-', 'faults, replicas, hostile input')
+        groups = {}
+        for (group, what), n in sorted(tally.COUNTS.items()):
+            groups.setdefault(group, []).append(f'{n:,} {what}')
+        for group, parts in groups.items():
+            terminalreporter.write_line(f'{group}: {", ".join(parts)}')
     counts = {}
     for outcome in ('passed', 'failed', 'skipped', 'error'):
         for report in terminalreporter.stats.get(outcome, ()):

@@ -146,8 +146,8 @@ def test_postgresql_password_never_shown(caplog):
 # -- RelStorage 4 configurations ----------------------------------------------
 
 #: Every key of RelStorage 4.3's <relstorage> section but keep-history
-#: (given apart) and its replica keys (issue 17), with values its users
-#: write.
+#: (given apart) and its replica keys (given where the database has
+#: servers), with values its users write.
 RS4_RELSTORAGE = {
     'name': 'rs4-site', 'read-only': 'false', 'shared-blob-dir': 'false',
     'blob-cache-size': '100MB', 'blob-cache-size-check': '10',
@@ -182,9 +182,18 @@ def test_a_relstorage_4_configuration_opens_unchanged(backend, database,
                                                        tmp_path, caplog):
     for directory in ('blobs', 'cache'):
         (tmp_path / directory).mkdir()
+    replica_keys = {}
+    if hasattr(backend, 'server'):
+        host, port = backend.server()
+        listing = tmp_path / 'replicas.conf'
+        listing.write_text(f'# the primary\n{host}:{port}\n')
+        replica_keys = {'replica-conf': listing, 'ro-replica-conf': listing,
+                        'replica-timeout': '600',
+                        'revert-when-stale': 'false'}
     text = backend.zconfig(
         database, True, blob_dir=tmp_path / 'blobs',
-        cache_local_dir=tmp_path / 'cache', **RS4_RELSTORAGE)
+        cache_local_dir=tmp_path / 'cache', **RS4_RELSTORAGE,
+        **replica_keys)
     section = next(name for name in RS4_ADAPTER if f'</{name}>' in text)
     text = text.replace(f'    </{section}>', ''.join(
         f'        {line}\n' for line in RS4_ADAPTER[section]) +

@@ -140,6 +140,18 @@ keep_history = functools.partial(_boolean, 'keep-history')
 create_schema = functools.partial(_boolean, 'create-schema')
 commit_lock_timeout = functools.partial(_seconds, 'commit-lock-timeout')
 read_ahead = functools.partial(_boolean, 'read-ahead')
+def _replica_file(key, value):
+    # Read now, so that a missing or empty file fails at start-up naming
+    # the key; the adapter reads it again (it may change later).
+    from relstorage.replicas import read_servers
+    path = _text(key, value)
+    if path:
+        read_servers(key, path)
+    return path or None
+replica_conf = functools.partial(_replica_file, 'replica-conf')
+ro_replica_conf = functools.partial(_replica_file, 'ro-replica-conf')
+replica_timeout = functools.partial(_seconds, 'replica-timeout')
+revert_when_stale = functools.partial(_boolean, 'revert-when-stale')
 pack_gc = functools.partial(_boolean, 'pack-gc')
 pack_prepack_only = functools.partial(_boolean, 'pack-prepack-only')
 pack_skip_prepack = functools.partial(_boolean, 'pack-skip-prepack')

@@ -124,6 +124,12 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
             self._recent = RecentStates()
         self._read_ahead_on = (options.read_ahead
                                and adapter.capabilities.network_round_trips)
+        # A snapshot older than what this instance saw: go on from it (and
+        # drop the caches), or make loads raise ReadConflictError until the
+        # replica catches up.  Without replicas an older database can only
+        # be a restored or replaced one: there is nothing to wait for.
+        self._follow_stale = (options.revert_when_stale
+                              or not adapter.connmanager.uses_replicas)
         self._is_root = True
         # Closing the root closes every instance's database sessions, even
         # those of ZODB Connections the application never closed.
@@ -148,6 +154,10 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         # one rolls it back in the round trip that begins it.
         self._rollback_due = False
         self._polled_tid = None        # last tid reported to poll callers
+        # The newest tid this instance has seen (snapshots and its own
+        # commits), and (snapshot tid, seen) while the snapshot is older.
+        self._seen_tid = None
+        self._stale = None
         self._prefetched = {}
         self._families = Families()    # for read-ahead
         # Committing.
@@ -173,6 +183,7 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         other._cache = self._cache
         other._remember_loads = self._remember_loads
         other._read_ahead_on = self._read_ahead_on
+        other._follow_stale = self._follow_stale
         other._is_root = False
         other._instances = None
         other._metrics = self._metrics
@@ -193,13 +204,24 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         if self._closed:
             raise POSException.StorageError(f'{self._name} is closed')
 
-    def _snapshot_cursor(self):
+    def _snapshot_cursor(self, oid=None):
         """The cursor of this instance's read snapshot, opening one (and
         reading its last tid) if none is open.  A connection the database
-        dropped is reopened here, between snapshots, once."""
+        dropped is reopened here, between snapshots, once.  Raises
+        ReadConflictError (naming ``oid``) while the snapshot is older than
+        what this instance saw, unless revert-when-stale."""
         self._check_open()
         if self._snapshot_tid is None:
             self._start_snapshot()
+        if self._stale is not None and not self._follow_stale:
+            new, seen = self._stale
+            raise POSException.ReadConflictError(
+                f'{self._name}: the replica '
+                f'{self._adapter.connmanager.server_of(self._load_conn)} '
+                f'is at {tid_repr(p64(new))}, behind '
+                f'{tid_repr(p64(seen))} that this connection already saw; '
+                f'retry the transaction (or set revert-when-stale)',
+                oid=None if oid is None else p64(oid))
         return self._load_cursor
 
     def _start_snapshot(self, after_tid=None):
@@ -216,6 +238,9 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         the database allows (with the previous snapshot's ROLLBACK, if
         that was put off)."""
         cm = self._adapter.connmanager
+        if self._load_conn is not None and cm.replaced(self._load_conn):
+            # Its replica file prefers another server now.
+            self._drop_load_connection()
         if self._load_conn is None:
             self._load_conn, self._load_cursor = cm.open_load()
             self._rollback_due = False
@@ -223,7 +248,18 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
             cm, self._load_conn, self._load_cursor, after_tid,
             self._rollback_due)
         self._rollback_due = False
+        self._saw(self._snapshot_tid)
         return changes
+
+    def _saw(self, tid):
+        """Note a snapshot (or a commit) at ``tid``; a snapshot older than
+        what this instance saw makes it stale."""
+        seen = self._seen_tid
+        if seen is None or tid >= seen:
+            self._seen_tid = tid
+            self._stale = None
+        else:
+            self._stale = (tid, seen)
 
     def _end_snapshot(self, now=True):
         """End the snapshot.  ``now`` False, where a new snapshot starts
@@ -287,20 +323,46 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
             prev = self._polled_tid
             changes = self._start_snapshot(prev)
             cursor = self._load_cursor
+            self._counters.polls += 1
+            if self._stale is not None:
+                if not self._follow_stale:
+                    # Loads raise ReadConflictError until a poll finds the
+                    # replica caught up; the changes since ``prev`` are
+                    # reported then.
+                    return []
+                return self._go_back()
             new = self._polled_tid = self._snapshot_tid
             own, self._own_tids = self._own_tids, set()
-            self._counters.polls += 1
             if prev is None or new == prev:
                 self._advance_cache(cursor, None, new, ())
                 return []
-            if new < prev:
-                self._cache.invalidate_all()
-                self._advance_cache(cursor, None, new, ())
-                return None
             self._advance_cache(cursor, prev, new, changes)
             changed = [p64(oid) for oid, tid in changes if tid not in own]
             self._counters.invalidations += len(changed)
             return changed
+
+    def _go_back(self):
+        """Go on from a snapshot older than what this instance saw: every
+        cached object goes (poll_invalidations returns None for ZODB to
+        drop its own)."""
+        new, seen = self._stale
+        server = self._adapter.connmanager.server_of(self._load_conn)
+        if server is None:
+            log.warning('%s: the database went back from %s to %s (restored '
+                        'or replaced?): every cached object is dropped',
+                        self._name, tid_repr(p64(seen)), tid_repr(p64(new)))
+        else:
+            log.warning('%s: the replica %s is at %s, behind %s that this '
+                        'connection already saw: going on from its state '
+                        '(revert-when-stale), every cached object dropped',
+                        self._name, server, tid_repr(p64(new)),
+                        tid_repr(p64(seen)))
+        self._stale = None
+        self._seen_tid = self._polled_tid = new
+        self._own_tids = set()
+        self._cache.invalidate_all()
+        self._advance_cache(self._load_cursor, None, new, ())
+        return None
 
     def _advance_cache(self, cursor, prev, new, changes):
         """Tell the shared cache what changed up to ``new``; when this
@@ -372,8 +434,9 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         oid_int = id_to_int(oid, 'oid')
         self._counters.loads += 1
         with self._lock:
-            if self._snapshot_tid is None or self._closed:
-                self._snapshot_cursor()
+            if (self._snapshot_tid is None or self._closed
+                    or self._stale is not None):
+                self._snapshot_cursor(oid_int)
             cursor = self._load_cursor
             snapshot = self._snapshot_tid
             row = self._cache.get(oid_int, snapshot)
@@ -462,7 +525,7 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         before = id_to_int(tid, 'tid')
         self._counters.loads += 1
         with self._lock:
-            cursor = self._snapshot_cursor()
+            cursor = self._snapshot_cursor(oid_int)
             row = self._cache.get_before(oid_int, before, self._snapshot_tid)
             if row is not None and row[0] is not None:
                 # Current in this snapshot: no later revision to name.
@@ -610,6 +673,10 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         """Start the database transaction of a commit; a connection the
         database dropped since the last commit is reopened once."""
         def begin():
+            if (self._store_conn is not None
+                    and self._adapter.connmanager.replaced(self._store_conn)):
+                # Its replica file prefers another server now.
+                self._drop_store_connection()
             cursor = self._writer_cursor()
             # Before the transaction starts: emptying may end one (MySQL's
             # TRUNCATE).
@@ -710,6 +777,7 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
                 txn.blobs.committed(tid)
             self._ltid = tid_bytes = p64(tid)
             self._own_tids.add(tid)
+            self._saw(tid)
             self._counters.committed(txn)
             committed = txn.committed_states()
             if not batch:

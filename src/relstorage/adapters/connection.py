@@ -4,17 +4,93 @@ import contextlib
 import time
 
 from relstorage.errors import DisconnectedError
+from relstorage.replicas import server_text
 
 
 class ConnectionManager:
-    """Subclasses provide ``driver``, ``connect``, ``begin_store``,
-    ``begin_write`` and ``_in_transaction``."""
+    """Subclasses provide ``driver``, ``_connect_server``, ``_is_full``,
+    ``_describe_server``, ``describe``, ``begin_store``, ``begin_write``
+    and ``_in_transaction``."""
 
     driver = None
     lock_timeout = 0
     #: The server's ids of the sessions this manager has open (see
     #: ``session_id``), or None before the first.
     sessions = None
+    #: ReplicaLists (relstorage.replicas): replica-conf's, used by every
+    #: connection, and ro-replica-conf's, used by load connections; None
+    #: where not configured.
+    replicas = None
+    ro_replicas = None
+
+    def use_replicas(self, replicas, ro_replicas):
+        self.replicas = replicas
+        self.ro_replicas = ro_replicas
+        # id(connection) -> (ReplicaList, server) of connections to a
+        # server of a replica list.
+        self._servers = {}
+
+    @property
+    def uses_replicas(self):
+        return self.replicas is not None or self.ro_replicas is not None
+
+    def _connect_server(self, server, read_only):
+        """A new driver connection to ``server`` (``(host, port)``, port
+        possibly None) or, with None, to the configured server.  Read-write
+        connections (``read_only`` false) refuse a server that does not
+        accept writes where the database can tell."""
+        raise NotImplementedError
+
+    def _is_full(self, error):
+        """Whether the driver error says the server has no connection slot
+        free."""
+        return False
+
+    def _describe_server(self, server):
+        return self.describe()
+
+    def connect(self, read_only=False):
+        """A new connection: to the first server of the replica list that
+        answers (ro-replica-conf's for ``read_only`` ones, else
+        replica-conf's), else to the configured server.  Raises
+        DisconnectedError when none answers."""
+        replicas = self.replicas
+        if read_only and self.ro_replicas is not None:
+            replicas = self.ro_replicas
+        if replicas is None:
+            return self._connect_when_free(
+                lambda: self._connect_server(None, read_only),
+                self._is_full, self.describe())
+        failures = []
+        for server in replicas.candidates():
+            try:
+                conn = self._connect_when_free(
+                    lambda: self._connect_server(server, read_only),
+                    self._is_full, self._describe_server(server))
+            except DisconnectedError as e:
+                failures.append(str(e))
+                continue
+            replicas.answered(server)
+            self._servers[id(conn)] = (replicas, server)
+            return conn
+        raise DisconnectedError(
+            f'no server of {replicas.option} ({replicas.path}) answered: '
+            + '; '.join(failures))
+
+    def server_of(self, conn):
+        """``host[:port]`` of the replica-list server ``conn`` is
+        connected to, or None when it went to the configured server."""
+        entry = self._servers.get(id(conn)) if self.uses_replicas else None
+        return None if entry is None else server_text(entry[1])
+
+    def replaced(self, conn):
+        """Whether ``conn`` should give way to a new connection between
+        transactions: its replica list prefers another server now (the
+        file changed, or replica-timeout ran out off its first server)."""
+        if not self.uses_replicas:
+            return False
+        entry = self._servers.get(id(conn))
+        return entry is not None and entry[0].stale(entry[1])
 
     def session_id(self, conn):
         """The server's id of the session of ``conn`` (known to the driver
@@ -64,6 +140,8 @@ class ConnectionManager:
         cursor.execute('COMMIT')
 
     def close(self, conn, cursor):
+        if self.uses_replicas:
+            self._servers.pop(id(conn), None)
         if self.sessions:
             try:
                 self.sessions.discard(self.session_id(conn))

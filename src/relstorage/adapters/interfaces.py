@@ -89,12 +89,29 @@ class IConnectionManager(Interface):
     def describe():
         """Where the database is, for messages; never a password."""
 
-    def connect():
-        """A new connection in autocommit mode."""
+    uses_replicas = Attribute(
+        "Whether replica-conf or ro-replica-conf is set (see "
+        "relstorage.replicas).")
+
+    def connect(read_only=False):
+        """A new connection in autocommit mode: to the first server of the
+        replica list that answers (ro-replica-conf's for ``read_only``,
+        else replica-conf's; a read-write one refuses a server that does
+        not accept writes), else to the configured server.  Raises
+        DisconnectedError when none answers."""
+
+    def server_of(conn):
+        """``host[:port]`` of the replica-list server ``conn`` went to, or
+        None (the configured server)."""
+
+    def replaced(conn):
+        """Whether ``conn`` should be closed and opened again between
+        transactions: its replica list prefers another server now."""
 
     def open_load():
-        """Open a connection for reading snapshots.  Returns
-        ``(conn, cursor)``.  No transaction is open on return."""
+        """Open a connection for reading snapshots (read-only: to
+        ro-replica-conf's servers where set).  Returns ``(conn, cursor)``.
+        No transaction is open on return."""
 
     def open_store():
         """Open a connection for committing.  Returns ``(conn, cursor)``.

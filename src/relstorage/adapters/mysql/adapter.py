@@ -5,6 +5,7 @@ from relstorage.adapters.adapter import Adapter
 from relstorage.adapters.interfaces import IAdapter
 from relstorage.adapters.interfaces import ICapabilities
 from relstorage.options import convert_section
+from relstorage.replicas import replica_lists
 from zope.interface import implementer
 
 from . import history
@@ -71,6 +72,7 @@ class MySQLAdapter(Adapter):
         hp = options.keep_history
         self.connmanager = cm = MySQLConnectionManager(
             self.driver, self._params, options.commit_lock_timeout)
+        cm.use_replicas(*replica_lists(options))
         self.schema = MySQLSchema(cm, hp)
         self.oids = MySQLOIDAllocator()
         self.blobs = MySQLBlobMover(cm)

@@ -78,30 +78,56 @@ class MySQLConnectionManager(ConnectionManager):
     def __repr__(self):
         return f'<MySQLConnectionManager {self._description}>'
 
-    def connect(self):
-        conn = self._connect_when_free(
-            lambda: self.driver.connect(self._params),
-            lambda e: error_number(e) == ER_CON_COUNT,
-            self._description)
-        cursor = conn.cursor()
-        # InnoDB takes whole seconds, at least 1.
-        seconds = max(1, math.ceil(self.lock_timeout))
-        cursor.execute(
-            f"SET time_zone = '+00:00', innodb_lock_wait_timeout = {seconds}")
-        if self.is_mariadb is None:
-            cursor.execute('SELECT VERSION(), @@max_allowed_packet')
-            version, packet = cursor.fetchone()
-            self.is_mariadb = 'mariadb' in version.lower()
-            self.max_allowed_packet = int(packet)
-        cursor.close()
+    def _server_params(self, server):
+        if server is None:
+            return self._params
+        host, port = server
+        params = dict(self._params, host=host)
+        if port is not None:
+            params['port'] = port
+        return params
+
+    def _connect_server(self, server, read_only):
+        conn = self.driver.connect(self._server_params(server))
+        try:
+            cursor = conn.cursor()
+            # InnoDB takes whole seconds, at least 1.
+            seconds = max(1, math.ceil(self.lock_timeout))
+            cursor.execute(f"SET time_zone = '+00:00', "
+                           f"innodb_lock_wait_timeout = {seconds}")
+            if server is not None and not read_only:
+                # A replica of a replica list is skipped for writes.
+                cursor.execute('SELECT @@read_only')
+                if int(cursor.fetchone()[0]):
+                    raise DisconnectedError(
+                        f'cannot connect to {self._describe_server(server)}'
+                        f': the server is read-only (@@read_only)')
+            if self.is_mariadb is None:
+                cursor.execute('SELECT VERSION(), @@max_allowed_packet')
+                version, packet = cursor.fetchone()
+                self.is_mariadb = 'mariadb' in version.lower()
+                self.max_allowed_packet = int(packet)
+            cursor.close()
+        except BaseException:
+            try:
+                conn.close()
+            except self.driver.Error:
+                pass
+            raise
         return conn
+
+    def _is_full(self, error):
+        return error_number(error) == ER_CON_COUNT
+
+    def _describe_server(self, server):
+        return describe_params(self._server_params(server))
 
     def session_id(self, conn):
         # From the server's handshake (both drivers).
         return conn.thread_id()
 
     def open_load(self):
-        conn = self.connect()
+        conn = self.connect(read_only=True)
         return conn, conn.cursor()
 
     def open_store(self):

@@ -3,6 +3,7 @@ from relstorage.adapters.adapter import Adapter
 from relstorage.adapters.interfaces import IAdapter
 from relstorage.adapters.interfaces import ICapabilities
 from relstorage.options import convert_section
+from relstorage.replicas import replica_lists
 from zope.interface import implementer
 
 from . import history
@@ -56,6 +57,7 @@ class PostgreSQLAdapter(Adapter):
         driver = self.driver
         self.connmanager = cm = PostgreSQLConnectionManager(
             driver, self._dsn, options.commit_lock_timeout)
+        cm.use_replicas(*replica_lists(options))
         self.schema = PostgreSQLSchema(cm, hp)
         self.oids = PostgreSQLOIDAllocator()
         self.blobs = PostgreSQLBlobMover(driver)

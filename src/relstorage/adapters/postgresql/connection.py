@@ -73,19 +73,35 @@ class PostgreSQLConnectionManager(ConnectionManager):
     def __repr__(self):
         return f'<PostgreSQLConnectionManager {self._description}>'
 
-    def connect(self):
-        return self._connect_when_free(
-            lambda: self.driver.connect(self._dsn),
-            lambda e: (self.driver.sqlstate(e) == TOO_MANY_CONNECTIONS
-                       or 'too many clients' in str(e)),
-            self._description)
+    def _server_dsn(self, server, read_only):
+        if server is None:
+            return self._dsn
+        host, port = server
+        params = {'host': host}
+        if port is not None:
+            params['port'] = port
+        if not read_only and 'target_session_attrs' not in (
+                self.driver.parse_dsn(self._dsn)):
+            # libpq itself skips a standby (it asks the server).
+            params['target_session_attrs'] = 'read-write'
+        return self.driver.make_dsn(self._dsn, **params)
+
+    def _connect_server(self, server, read_only):
+        return self.driver.connect(self._server_dsn(server, read_only))
+
+    def _is_full(self, error):
+        return (self.driver.sqlstate(error) == TOO_MANY_CONNECTIONS
+                or 'too many clients' in str(error))
+
+    def _describe_server(self, server):
+        return describe_dsn(self.driver, self._server_dsn(server, True))
 
     def session_id(self, conn):
         # libpq knows it (both drivers' conn.info.backend_pid).
         return conn.info.backend_pid
 
     def open_load(self):
-        conn = self.connect()
+        conn = self.connect(read_only=True)
         cursor = conn.cursor()
         self.driver.prepare(cursor, self.prepared)
         return conn, cursor

@@ -218,6 +218,12 @@ class Psycopg2Driver:
         from psycopg2.extensions import parse_dsn
         return parse_dsn(dsn)
 
+    def make_dsn(self, dsn, **params):
+        """``dsn`` with ``params`` set (replacing its own values), quoted
+        as libpq wants."""
+        from psycopg2.extensions import make_dsn
+        return make_dsn(dsn, **params)
+
     def sqlstate(self, error):
         return getattr(error, 'pgcode', None)
 
@@ -284,6 +290,10 @@ class PsycopgDriver:
     def parse_dsn(self, dsn):
         from psycopg.conninfo import conninfo_to_dict
         return conninfo_to_dict(dsn)
+
+    def make_dsn(self, dsn, **params):
+        from psycopg.conninfo import make_conninfo
+        return make_conninfo(dsn, **params)
 
     def sqlstate(self, error):
         return getattr(error, 'sqlstate', None)

@@ -66,6 +66,11 @@ class SQLiteAdapter(Adapter):
         self.path = os.path.join(self.data_dir, DB_FILENAME)
 
     def _configure(self, options):
+        for key in ('replica_conf', 'ro_replica_conf'):
+            if getattr(options, key):
+                raise ConfigurationError(
+                    f'{key.replace("_", "-")}: an SQLite database is one '
+                    f'file, with no replicas to read from or fail over to')
         if options.read_only and not os.path.exists(self.path):
             # A read-only storage creates nothing (zodbconvert --dry-run
             # opens its destination so).

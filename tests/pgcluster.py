@@ -1,0 +1,181 @@
+"""A PostgreSQL primary and a streaming-replication standby of its own,
+started from the installed server binaries (initdb, pg_basebackup,
+pg_ctl) on free loopback ports, for the replica tests.
+
+The servers are private to the test that made them: a test may stop,
+pause or promote them without touching the shared server of the other
+tests.  PostgreSQL refuses to run as root; as root the binaries run as the
+``postgres`` user (runuser).  Where the binaries or that user are missing
+the tests are skipped, and fail under CI (like an unreachable server).
+"""
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import psycopg2
+
+from backends import _unavailable
+
+#: Settings of both servers: no fsync (a test database; a commit still
+#: writes its WAL before it returns, which the standby streams), and a
+#: standby that answers queries (hot_standby is on by default) with
+#: feedback to the primary.
+SETTINGS = ('-c fsync=off -c full_page_writes=off '
+            '-c max_connections=40 -c shared_buffers=16MB '
+            '-c hot_standby_feedback=on')
+
+
+#: The programs a test cluster needs, all from one installation.
+PROGRAMS = ('initdb', 'pg_ctl', 'pg_basebackup')
+
+
+def _bindir():
+    """The directory of the installed server's programs, or None."""
+    candidates = []
+    found = shutil.which('pg_ctl')
+    if found:
+        # Debian links some programs into /usr/local/bin or /usr/bin.
+        candidates.append(os.path.dirname(os.path.realpath(found)))
+    candidates += sorted(glob.glob('/usr/lib/postgresql/*/bin'),
+                         key=lambda p: [int(x) for x in p.split('/')[-2:-1]
+                                        if x.isdigit()], reverse=True)
+    for directory in candidates:
+        if all(os.access(os.path.join(directory, name), os.X_OK)
+               for name in PROGRAMS):
+            return directory
+    return None
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, cluster, name, port):
+        self.cluster = cluster
+        self.name = name
+        self.port = port
+        self.data = os.path.join(cluster.root, name)
+        self.log = os.path.join(cluster.root, name + '.log')
+        self.running = False
+
+    @property
+    def line(self):
+        """The server as a replica file names it."""
+        return f'127.0.0.1:{self.port}'
+
+    def dsn(self, dbname='postgres'):
+        return (f'host=127.0.0.1 port={self.port} user=root '
+                f'dbname={dbname} connect_timeout=5')
+
+    def start(self):
+        self.cluster.run(
+            'pg_ctl', '-D', self.data, '-l', self.log, '-w', '-t', '60',
+            '-o', f'{SETTINGS} -c listen_addresses=127.0.0.1 '
+                  f'-c port={self.port} '
+                  f'-c unix_socket_directories={self.cluster.root}',
+            'start')
+        self.running = True
+
+    def stop(self, mode='fast'):
+        if self.running:
+            self.cluster.run('pg_ctl', '-D', self.data, '-m', mode, '-w',
+                             'stop', check=False)
+            self.running = False
+
+    def query(self, sql, dbname='postgres', params=None):
+        conn = psycopg2.connect(self.dsn(dbname))
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.fetchall() if cursor.description else None
+        finally:
+            conn.close()
+
+
+class Cluster:
+    """``primary`` and ``standby`` (a streaming replica of it), both
+    running; ``close()`` stops both and removes their files."""
+
+    def __init__(self):
+        bindir = _bindir()
+        if bindir is None:
+            _unavailable('PostgreSQL server binaries (pg_ctl)', 'not found')
+        self.bindir = bindir
+        self.user = None
+        if os.geteuid() == 0:
+            try:
+                import pwd
+                pwd.getpwnam('postgres')
+            except KeyError:
+                _unavailable('the postgres user (to run a test cluster as '
+                             'root)', 'no such user')
+            self.user = 'postgres'
+        self.root = tempfile.mkdtemp(prefix='relstorage-pgcluster-')
+        if self.user:
+            shutil.chown(self.root, self.user)
+        self.primary = Server(self, 'primary', _free_port())
+        self.standby = Server(self, 'standby', _free_port())
+        try:
+            self.run('initdb', '-D', self.primary.data, '-U', 'root',
+                     '--auth=trust', '-E', 'UTF8', '--no-sync')
+            self.primary.start()
+            self.run('pg_basebackup', '-h', '127.0.0.1', '-p',
+                     str(self.primary.port), '-U', 'root', '-D',
+                     self.standby.data, '-R', '-X', 'stream', '--no-sync')
+            self.standby.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, program, *args, check=True):
+        command = [os.path.join(self.bindir, program), *args]
+        if self.user:
+            command = ['runuser', '-u', self.user, '--', *command]
+        done = subprocess.run(command, capture_output=True, text=True,
+                              timeout=120, cwd=self.root)
+        if check and done.returncode:
+            raise RuntimeError(f'{" ".join(command)} failed '
+                               f'({done.returncode}): {done.stderr.strip()}')
+        return done
+
+    def create_database(self, name):
+        self.primary.query(f'CREATE DATABASE {name}')
+        self.wait_replayed()
+
+    def wait_replayed(self, timeout=30):
+        """Wait until the standby has replayed everything the primary
+        wrote so far."""
+        target = self.primary.query(
+            'SELECT pg_current_wal_insert_lsn()')[0][0]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            done = self.standby.query(
+                'SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn',
+                params=(target,))[0][0]
+            if done:
+                return
+            time.sleep(0.02)
+        raise AssertionError(f'the standby did not replay up to {target} '
+                             f'in {timeout}s')
+
+    def pause_replay(self):
+        self.standby.query('SELECT pg_wal_replay_pause()')
+
+    def resume_replay(self):
+        self.standby.query('SELECT pg_wal_replay_resume()')
+
+    def promote(self):
+        self.run('pg_ctl', '-D', self.standby.data, '-w', 'promote')
+
+    def close(self):
+        for server in (self.standby, self.primary):
+            server.stop('immediate')
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,504 @@
+"""Replica files (replica-conf, ro-replica-conf, replica-timeout) and stale
+replicas (revert-when-stale).
+
+The list's own logic is tested with a fake clock; fail-over against the
+shared servers of the other tests (a refused port listed first); and the
+replica behaviour against a PostgreSQL primary with a streaming standby of
+the test's own (tests/pgcluster.py): reads served by the standby, commits
+by the primary, a standby that lags (replay paused), a stopped one, and a
+promoted one after the primary stopped.
+"""
+import logging
+import uuid
+
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.POSException import ReadConflictError
+
+import tally
+
+from relstorage import replicas as replicas_module
+from relstorage.errors import DisconnectedError
+from relstorage.options import ConfigurationError
+from relstorage.options import Options
+from relstorage.replicas import ReplicaList
+from relstorage.replicas import parse_server
+from relstorage.replicas import read_servers
+from relstorage.storage import RelStorage
+
+#: A port nothing listens on: connections are refused at once.
+REFUSED = '127.0.0.1:1'
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def write(path, *lines):
+    path.write_text(''.join(line + '\n' for line in lines), encoding='utf-8')
+    return str(path)
+
+
+# -- the file and the list ----------------------------------------------
+
+@pytest.mark.parametrize('line, expected', [
+    ('db1', ('db1', None)),
+    ('  db1.example.com:5433  ', ('db1.example.com', 5433)),
+    ('10.0.0.7:3306', ('10.0.0.7', 3306)),
+    ('[::1]:5432', ('::1', 5432)),
+    ('[fe80::1]', ('fe80::1', None)),
+    ('fe80::1', ('fe80::1', None)),
+    ('/var/run/postgresql', ('/var/run/postgresql', None)),
+])
+def test_a_server_line(line, expected):
+    assert parse_server(line) == expected
+
+
+@pytest.mark.parametrize('line', [
+    'db1:port', 'db1:0', 'db1:65536', ':5432', '[::1', '[::1]x',
+    'db 1:5432', 'host=db1 port=5432',
+])
+def test_a_line_that_is_not_a_server(line):
+    with pytest.raises(ValueError):
+        parse_server(line)
+
+
+def test_the_file_skips_comments_and_blank_lines(tmp_path):
+    path = write(tmp_path / 'replicas.conf', '# primary first', '',
+                 'db1:5432', '   ', '  # then', 'db2')
+    assert read_servers('replica-conf', path) == [('db1', 5432),
+                                                 ('db2', None)]
+
+
+@pytest.mark.parametrize('content, says', [
+    (None, 'cannot read'),
+    ('', 'names no server'),
+    ('# only a comment\n\n', 'names no server'),
+    ('db1\ndb2:x\n', 'line 2'),
+    (b'\xff\xfe', 'cannot read'),
+])
+def test_a_bad_file_fails_at_start_up_naming_the_option(tmp_path, content,
+                                                        says):
+    path = tmp_path / 'replicas.conf'
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    for key in ('replica_conf', 'ro_replica_conf'):
+        with pytest.raises(ConfigurationError) as e:
+            Options(**{key: str(path)})
+        assert str(e.value).startswith(key.replace('_', '-') + ': ')
+        assert says in str(e.value)
+
+
+@pytest.mark.parametrize('key, value', [
+    ('replica_timeout', '-1'), ('replica_timeout', 'soon'),
+    ('revert_when_stale', 'maybe'),
+])
+def test_bad_replica_values(key, value):
+    with pytest.raises(ConfigurationError) as e:
+        Options(**{key: value})
+    assert key.replace('_', '-') in str(e.value)
+
+
+def test_the_rs4_defaults():
+    options = Options()
+    assert options.replica_conf is None and options.ro_replica_conf is None
+    assert options.replica_timeout == 600
+    assert options.revert_when_stale is False
+
+
+def test_the_list_stays_on_the_server_that_answered(tmp_path):
+    clock = Clock()
+    replicas = ReplicaList('replica-conf', write(
+        tmp_path / 'r.conf', 'a', 'b', 'c'), 600, clock)
+    assert replicas.candidates() == [('a', None), ('b', None), ('c', None)]
+    replicas.answered(('b', None))
+    # Tried from the one in use on, then round to the first.
+    assert replicas.candidates() == [('b', None), ('c', None), ('a', None)]
+    assert not replicas.stale(('b', None))
+    assert replicas.stale(('a', None))
+    # replica-timeout later the first is tried again, and a connection to
+    # another server is replaced at its next transaction.
+    clock.now += 599
+    assert not replicas.stale(('b', None))
+    clock.now += 1
+    assert replicas.stale(('b', None))
+    assert replicas.candidates()[0] == ('a', None)
+    # The first still refuses: b answers again, and the clock restarts.
+    replicas.answered(('b', None))
+    clock.now += 300
+    assert not replicas.stale(('b', None))
+    clock.now += 300
+    assert replicas.stale(('b', None))
+
+
+def test_replica_timeout_zero_stays(tmp_path):
+    clock = Clock()
+    replicas = ReplicaList('replica-conf', write(
+        tmp_path / 'r.conf', 'a', 'b'), 0, clock)
+    replicas.answered(('b', None))
+    clock.now += 10 ** 6
+    assert not replicas.stale(('b', None))
+    assert replicas.candidates() == [('b', None), ('a', None)]
+
+
+def test_an_edited_file_takes_effect(tmp_path):
+    clock = Clock()
+    path = tmp_path / 'r.conf'
+    replicas = ReplicaList('replica-conf', write(path, 'a', 'b'), 600, clock)
+    replicas.answered(('a', None))
+    write(path, 'c', 'a')
+    # Looked at no more than once a second.
+    assert not replicas.stale(('a', None))
+    clock.now += replicas_module.RECHECK
+    assert replicas.stale(('a', None))
+    assert replicas.candidates() == [('c', None), ('a', None)]
+    # A file that became empty or unreadable keeps the last servers.
+    write(path, '# nothing')
+    clock.now += replicas_module.RECHECK
+    assert replicas.servers() == [('c', None), ('a', None)]
+    path.unlink()
+    clock.now += replicas_module.RECHECK
+    assert replicas.servers() == [('c', None), ('a', None)]
+
+
+def test_sqlite_has_no_replicas(tmp_path):
+    from relstorage.adapters.sqlite import SQLiteAdapter
+    path = write(tmp_path / 'r.conf', 'db1')
+    for key in ('replica_conf', 'ro_replica_conf'):
+        with pytest.raises(ConfigurationError) as e:
+            RelStorage(SQLiteAdapter(data_dir=str(tmp_path / 'db')),
+                       **{key: path})
+        assert str(e.value).startswith(key.replace('_', '-') + ': ')
+
+
+# -- fail-over on the shared servers -----------------------------------
+
+@pytest.fixture
+def server_backend(backend):
+    if not hasattr(backend, 'server'):
+        pytest.skip(f'{backend.name} has no servers to list')
+    return backend
+
+
+def _line(server):
+    host, port = server
+    return f'{host}:{port}'
+
+
+def test_a_server_that_refuses_is_skipped(server_backend, database,
+                                          tmp_path, keep_history):
+    path = write(tmp_path / 'r.conf', REFUSED, _line(server_backend.server()))
+    storage = server_backend.open(database, keep_history=keep_history,
+                                  replica_conf=path)
+    try:
+        db = ZODB.DB(storage)
+        conn = db.open()
+        conn.root()['x'] = 1
+        transaction.commit()
+        conn.close()
+        instance = conn._storage
+        cm = storage._adapter.connmanager
+        assert cm.server_of(instance._store_conn) == _line(
+            server_backend.server())
+        conn = db.open()
+        assert conn.root()['x'] == 1
+        assert cm.server_of(conn._storage._load_conn) == _line(
+            server_backend.server())
+        conn.close()
+        db.close()
+    finally:
+        storage.close()
+    tally.add('replicas (fail-over)', 'scenarios')
+
+
+def test_no_server_answers(server_backend, database, tmp_path):
+    path = write(tmp_path / 'r.conf', REFUSED, '127.0.0.1:2')
+    with pytest.raises(DisconnectedError) as e:
+        server_backend.open(database, replica_conf=path)
+    text = str(e.value)
+    assert 'no server of replica-conf' in text and str(tmp_path) in text
+    assert 'port=1' in text and 'port=2' in text
+    tally.add('replicas (fail-over)', 'scenarios')
+
+
+def test_an_edited_file_moves_connections(server_backend, database,
+                                          tmp_path, monkeypatch):
+    monkeypatch.setattr(replicas_module, 'RECHECK', 0)
+    host, port = server_backend.server()
+    # Two lines for the same server: which one a connection used shows.
+    first, second = f'{host}:{port}', host
+    path = tmp_path / 'r.conf'
+    write(path, first)
+    storage = server_backend.open(database, ro_replica_conf=str(path))
+    try:
+        db = ZODB.DB(storage)
+        conn = db.open()
+        conn.root()['x'] = 1
+        transaction.commit()
+        cm = storage._adapter.connmanager
+        instance = conn._storage
+        assert cm.server_of(instance._load_conn) == first
+        # ro-replica-conf only: commits go to the configured server.
+        assert cm.server_of(instance._store_conn) is None
+        write(path, second)
+        transaction.begin()
+        assert conn.root()['x'] == 1
+        assert cm.server_of(instance._load_conn) == second
+        conn.close()
+        db.close()
+    finally:
+        storage.close()
+    tally.add('replicas (fail-over)', 'scenarios')
+
+
+# -- a primary and its streaming standby --------------------------------
+
+@pytest.fixture(scope='module')
+def pair():
+    from pgcluster import Cluster
+    cluster = Cluster()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def pair_db(pair):
+    name = 'replica_' + uuid.uuid4().hex[:10]
+    pair.create_database(name)
+    yield name
+    if not pair.primary.running:
+        return
+    pair.resume_replay()
+    pair.primary.query(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
+
+
+def _open_pair(pair, name, tmp_path, keep_history=True, rw=None, ro=None,
+               **options):
+    if rw is not None:
+        options['replica_conf'] = write(tmp_path / 'rw.conf', *rw)
+    if ro is not None:
+        options['ro_replica_conf'] = write(tmp_path / 'ro.conf', *ro)
+    from relstorage.adapters.postgresql import PostgreSQLAdapter
+    if pair.primary.running:
+        # The schema first, on the primary, and replayed: a standby has
+        # nothing to serve before.
+        RelStorage(PostgreSQLAdapter(dsn=pair.primary.dsn(name)),
+                   keep_history=keep_history).close()
+        pair.wait_replayed()
+    adapter = PostgreSQLAdapter(dsn=pair.primary.dsn(name))
+    return RelStorage(adapter, keep_history=keep_history, **options)
+
+
+def _in_recovery(cursor):
+    cursor.execute('SELECT pg_is_in_recovery()')
+    return cursor.fetchone()[0]
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize('keep_history', [True, False], ids=['hp', 'hf'])
+def test_reads_from_the_standby_commits_to_the_primary(pair, pair_db,
+                                                      tmp_path, keep_history):
+    storage = _open_pair(pair, pair_db, tmp_path, keep_history,
+                         rw=[pair.primary.line], ro=[pair.standby.line])
+    try:
+        db = ZODB.DB(storage)
+        conn = db.open()
+        root = conn.root()
+        root['doc'] = PersistentMapping(title='first')
+        transaction.commit()
+        instance = conn._storage
+        assert not _in_recovery(instance._store_cursor)
+        pair.wait_replayed()
+        other = db.open()
+        assert other.root()['doc']['title'] == 'first'
+        assert _in_recovery(other._storage._load_cursor)
+        # The standby refuses writes; the store connection never went
+        # there.
+        with pytest.raises(Exception, match='read-only'):
+            other._storage._load_cursor.execute(
+                'INSERT INTO commit_row VALUES (1, 0)')
+        other.close()
+        conn.close()
+        db.close()
+    finally:
+        storage.close()
+    tally.add('replicas (PostgreSQL primary and standby)', 'scenarios')
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize('revert', [False, True], ids=['raise', 'revert'])
+def test_a_lagging_standby(pair, pair_db, tmp_path, revert, caplog):
+    storage = _open_pair(pair, pair_db, tmp_path, rw=[pair.primary.line],
+                         ro=[pair.standby.line], revert_when_stale=revert)
+    try:
+        db = ZODB.DB(storage)
+        conn = db.open()
+        conn.root()['doc'] = PersistentMapping(title='first')
+        transaction.commit()
+        pair.wait_replayed()
+        transaction.begin()
+        assert conn.root()['doc']['title'] == 'first'
+        pair.pause_replay()
+        conn.root()['doc']['title'] = 'second'
+        transaction.commit()
+        # This connection committed 'second'; the standby has not replayed
+        # it.  A load (the object is a ghost again) is stale.
+        conn.cacheMinimize()
+        caplog.set_level(logging.WARNING, 'relstorage')
+        if not revert:
+            transaction.begin()
+            with pytest.raises(ReadConflictError) as e:
+                conn.root()['doc']['title']
+            assert 'behind' in str(e.value) and pair.standby.line in str(
+                e.value)
+            transaction.abort()
+            # Still behind: still raising, at every try.
+            with pytest.raises(ReadConflictError):
+                conn.root()['doc']['title']
+            transaction.abort()
+        else:
+            transaction.begin()
+            assert conn.root()['doc']['title'] == 'first'
+            assert any('revert-when-stale' in r.getMessage()
+                       for r in caplog.records)
+            transaction.abort()
+        pair.resume_replay()
+        pair.wait_replayed()
+        transaction.begin()
+        assert conn.root()['doc']['title'] == 'second'
+        transaction.abort()
+        # Another connection never saw 'second': not stale, only older.
+        conn.close()
+        db.close()
+    finally:
+        storage.close()
+    tally.add('replicas (PostgreSQL primary and standby)', 'scenarios')
+
+
+@pytest.mark.postgresql
+def test_a_stopped_standby_is_skipped(pair, pair_db, tmp_path):
+    storage = _open_pair(pair, pair_db, tmp_path, rw=[pair.primary.line],
+                         ro=[pair.standby.line, pair.primary.line],
+                         replica_timeout=0.5)
+    try:
+        db = ZODB.DB(storage)
+        conn = db.open()
+        conn.root()['x'] = 1
+        transaction.commit()
+        pair.wait_replayed()
+        transaction.begin()
+        assert conn.root()['x'] == 1
+        assert _in_recovery(conn._storage._load_cursor)
+        pair.standby.stop('fast')
+        try:
+            # The connection to the standby is gone: the next transaction
+            # reconnects, to the primary.
+            transaction.begin()
+            assert conn.root()['x'] == 1
+            assert not _in_recovery(conn._storage._load_cursor)
+            fresh = db.open()
+            fresh.root()['y'] = 2
+            transaction.commit()
+            fresh.close()
+        finally:
+            pair.standby.start()
+        # replica-timeout later the standby is used again.
+        pair.wait_replayed()
+        import time
+        time.sleep(0.6)
+        transaction.begin()
+        assert conn.root()['y'] == 2
+        assert _in_recovery(conn._storage._load_cursor)
+        conn.close()
+        db.close()
+    finally:
+        storage.close()
+    tally.add('replicas (PostgreSQL primary and standby)', 'scenarios')
+
+
+@pytest.mark.postgresql
+def test_the_promoted_standby_takes_over(tmp_path):
+    from pgcluster import Cluster
+    cluster = Cluster()
+    try:
+        cluster.create_database('zodb')
+        storage = _open_pair(
+            cluster, 'zodb', tmp_path,
+            rw=[cluster.primary.line, cluster.standby.line])
+        try:
+            db = ZODB.DB(storage)
+            conn = db.open()
+            conn.root()['doc'] = PersistentMapping(n=1)
+            transaction.commit()
+            cluster.wait_replayed()
+            cluster.primary.stop('immediate')
+            # The standby is not promoted yet: it is read-only, and no
+            # server takes the commit.
+            conn.root()['doc']['n'] = 2
+            with pytest.raises(DisconnectedError) as e:
+                transaction.commit()
+            assert 'no server of replica-conf' in str(e.value)
+            transaction.abort()
+            cluster.promote()
+            transaction.begin()
+            assert conn.root()['doc']['n'] == 1
+            conn.root()['doc']['n'] = 2
+            transaction.commit()
+            assert not _in_recovery(conn._storage._store_cursor)
+            conn.close()
+            other = db.open()
+            assert other.root()['doc']['n'] == 2
+            other.close()
+            db.close()
+        finally:
+            storage.close()
+        assert cluster.standby.query(
+            'SELECT count(*) FROM object_state', dbname='zodb')[0][0] >= 2
+    finally:
+        cluster.close()
+    tally.add('replicas (PostgreSQL primary and standby)', 'scenarios')
+
+
+# -- a database that went back in time, without replicas -----------------
+
+def test_a_database_that_went_back_is_followed(open_storage, caplog):
+    """No replica files: an older database can only be a restored or
+    replaced one, and is followed (revert-when-stale false or not)."""
+    from ZODB.utils import u64
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    conn = db.open()
+    conn.root()['x'] = 1
+    transaction.commit()
+    first = u64(storage.lastTransaction())
+    conn.root()['x'] = 2
+    transaction.commit()
+    conn.close()
+    instance = storage.new_instance()
+    try:
+        instance.poll_invalidations()
+        assert u64(instance.lastTransaction()) > first
+        # As a restore would leave it: the last transaction is the first.
+        with storage._adapter.connmanager.write_session('test') as cursor:
+            cursor.execute(f'UPDATE commit_row SET tid = {first}')
+        caplog.set_level(logging.WARNING, 'relstorage')
+        assert instance.poll_invalidations() is None
+        said = [r.getMessage() for r in caplog.records]
+        assert any('went back' in m for m in said), said
+        # From then on it is the database's state: nothing more to say.
+        caplog.clear()
+        assert instance.poll_invalidations() == []
+        assert instance._snapshot_cursor() is not None
+        assert not caplog.records
+    finally:
+        instance.release()
+        db.close()
+    tally.add('databases gone back in time', 'scenarios')
