@@ -85,7 +85,8 @@ def save(storage):
     never raised (closing must not fail because of the cache)."""
     path = path_for(storage)
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        # Private: the file holds object states.
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         count = storage._cache.save(path, identity(storage))
     except (OSError, ValueError) as e:
         log.warning('cannot write the local cache to %s: %s', path, e)

@@ -55,7 +55,12 @@ class Families:
         # (b'Q'); most leaf objects have no such byte and skip the parse.
         if not state or b'Q' not in state:
             return
-        refs = [u64(ref) for ref in referencesf(state)]
+        try:
+            refs = [u64(ref) for ref in referencesf(state)]
+        except Exception:
+            # Not a pickle ZODB's reference scanner can read (an
+            # application may store any bytes): nothing to read ahead.
+            return
         if len(refs) < 2 or len(refs) > FAMILY_MAX:
             return
         families = self._families

@@ -91,6 +91,9 @@ class BlobDirectory:
         self.keep_history = options.keep_history
         # 'automatic' keeps the layout of an existing directory (a
         # FileStorage's, for instance) and gives a new one ZODB's default.
+        # Private to its owner (ZODB's helper would create it with the
+        # umask's mode, then warn that it is not private).
+        os.makedirs(options.blob_dir, mode=0o700, exist_ok=True)
         self.fshelper = FilesystemHelper(options.blob_dir, 'automatic')
         self.fshelper.create()
         self.directory = self.fshelper.base_dir.rstrip(os.sep)
