@@ -47,6 +47,7 @@ setup(
         # The tests run against real servers, with every driver.
         'test': ['pytest >= 7', 'zope.testing', 'manuel', 'zodburi >= 2.5',
                  'sphinx', 'prometheus_client', 'hypothesis >= 6',
+                 'gevent', 'psycogreen',
                  'psycopg2-binary >= 2.9', 'psycopg[binary] >= 3.1',
                  'mysqlclient >= 2.1', 'PyMySQL >= 1.0'],
         # benchmarks/run.py: both server drivers, and ZEO to compare with.

@@ -24,8 +24,7 @@ from backends import _unavailable
 #: writes its WAL before it returns, which the standby streams), and a
 #: standby that answers queries (hot_standby is on by default) with
 #: feedback to the primary.
-SETTINGS = ('-c fsync=off -c full_page_writes=off '
-            '-c max_connections=40 -c shared_buffers=16MB '
+SETTINGS = ('-c fsync=off -c full_page_writes=off -c shared_buffers=16MB '
             '-c hot_standby_feedback=on')
 
 
@@ -77,7 +76,9 @@ class Server:
     def start(self):
         self.cluster.run(
             'pg_ctl', '-D', self.data, '-l', self.log, '-w', '-t', '60',
-            '-o', f'{SETTINGS} -c listen_addresses=127.0.0.1 '
+            '-o', f'{SETTINGS} -c max_connections='
+                  f'{self.cluster.max_connections} '
+                  f'-c listen_addresses=127.0.0.1 '
                   f'-c port={self.port} '
                   f'-c unix_socket_directories={self.cluster.root}',
             'start')
@@ -101,10 +102,12 @@ class Server:
 
 
 class Cluster:
-    """``primary`` and ``standby`` (a streaming replica of it), both
-    running; ``close()`` stops both and removes their files."""
+    """``primary`` and ``standby`` (a streaming replica of it, unless
+    ``standby`` is false), both running; ``close()`` stops both and removes
+    their files."""
 
-    def __init__(self):
+    def __init__(self, standby=True, max_connections=40):
+        self.max_connections = max_connections
         bindir = _bindir()
         if bindir is None:
             _unavailable('PostgreSQL server binaries (pg_ctl)', 'not found')
@@ -127,6 +130,8 @@ class Cluster:
             self.run('initdb', '-D', self.primary.data, '-U', 'root',
                      '--auth=trust', '-E', 'UTF8', '--no-sync')
             self.primary.start()
+            if not standby:
+                return
             self.run('pg_basebackup', '-h', '127.0.0.1', '-p',
                      str(self.primary.port), '-U', 'root', '-D',
                      self.standby.data, '-R', '-X', 'stream', '--no-sync')

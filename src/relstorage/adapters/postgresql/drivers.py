@@ -252,8 +252,22 @@ class Psycopg2Driver:
             params)
         return int(cursor.fetchone()[0])
 
+    def can_copy(self):
+        """Whether COPY works: psycopg2 refuses it while a wait callback
+        is set (gevent, through psycogreen)."""
+        from psycopg2.extensions import get_wait_callback
+        return get_wait_callback() is None
+
     def copy_in(self, cursor, table, columns, rows):
         import io
+        if not self.can_copy():
+            # Multi-row INSERTs, a thousand rows each (psycopg2's own
+            # execute_values), where COPY cannot run.
+            from psycopg2.extras import execute_values
+            execute_values(
+                cursor, f'INSERT INTO {table} ({", ".join(columns)}) '
+                f'VALUES %s', rows, page_size=1000)
+            return
         data = binary_copy_data(rows)
         cursor.copy_expert(
             f'COPY {table} ({", ".join(columns)}) FROM STDIN '
@@ -286,6 +300,9 @@ class PsycopgDriver:
         # prepare_threshold=None: no server-side prepared statements, which
         # would break behind transaction-pooling proxies (pgbouncer).
         return self.module.connect(dsn, autocommit=True, prepare_threshold=None)
+
+    def can_copy(self):
+        return True
 
     def parse_dsn(self, dsn):
         from psycopg.conninfo import conninfo_to_dict
