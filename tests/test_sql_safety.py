@@ -1,0 +1,111 @@
+"""Every statement binds its values as parameters, or splices only what the
+code built itself (integers, table names from the code, validated
+settings).  The statements that splice anything are listed here with the
+reason; a new one fails this test until it is reviewed and listed.
+
+The scan reads the source (ast): calls of ``execute`` and ``executemany``
+whose statement is an f-string (each spliced expression is checked) or an
+expression built with ``%``, ``+`` or ``join``.
+"""
+import ast
+import pathlib
+
+import tally
+
+SRC = pathlib.Path(__file__).resolve().parent.parent / 'src' / 'relstorage'
+
+#: (file, spliced expression) -> why it is safe.
+REVIEWED = {
+    ('adapters/mysql/connection.py', 'seconds'):
+        'an int computed from commit-lock-timeout',
+    ('adapters/postgresql/connection.py', 'self._lock_timeout_ms()'):
+        'an int computed from commit-lock-timeout',
+    ('adapters/mysql/schema.py', 'table'):
+        'table names from the schema files of the code',
+    ('adapters/postgresql/schema.py', 'table'):
+        'table names from the schema files of the code',
+    ('adapters/postgresql/schema.py', "', '.join(present)"):
+        'table names found in the catalogue, among the code\'s own',
+    ('adapters/sqlite/schema.py', 'table'):
+        'table names from the schema files of the code',
+    ('adapters/sqlite/connection.py', 'name'):
+        'pragma names checked against the known pragmas (check_pragmas)',
+    ('adapters/sqlite/connection.py', 'value'):
+        'pragma values checked to be plain numbers or words '
+        '(check_pragmas)',
+    ('adapters/postgresql/drivers.py', 'first'):
+        'statement constants of the code, no values',
+    ('adapters/postgresql/drivers.py', 'statement.execute_sql'):
+        'prepared-statement names and constants of the code',
+    ('adapters/postgresql/drivers.py', 'call'):
+        'statement constants of the code; the values are bound',
+    ('adapters/mysql/blobs.py',
+     'self.INSERT_CHUNK % (blob_id, num, data.hex())'):
+        'an int, an int and hex digits (x\'...\' literal)',
+    ('adapters/mysql/objects.py', "head + ','.join(values)"):
+        'placeholders built by the code; the values are bound',
+    ('adapters/mysql/pack.py', 'INSERT INTO object_ref'):
+        'rows of ints written with %d',
+    ('adapters/mysql/pack.py', 'INSERT INTO pack_batch'):
+        'zoids written with %d',
+    ('adapters/mysql/pack.py', "'OPTIMIZE TABLE ' + ', '.join(tables)"):
+        'table names of the code',
+    ('cli/stats.py', 'SELECT pack_tid FROM pack_run WHERE phase = %d'):
+        'a constant of the code written with %d',
+    ('adapters/mysql/locks.py', 'share=share'):
+        'one of two lock clauses of the code',
+    ('adapters/postgresql/drivers.py', 's.prepare_sql for s in statements'):
+        'PREPARE statements of the code',
+}
+#: Statement constants whose ``{in_list}`` is an IN list that in_list()
+#: writes from ints only (tests/test_storage.py,
+#: test_oid_lists_written_into_statements_are_ints_only).
+IN_LIST = 'format(in_list='
+
+
+
+def _spliced(path):
+    """(file, expression) of every splice into an executed statement."""
+    rel = str(path.relative_to(SRC))
+    tree = ast.parse(path.read_text(encoding='utf-8'))
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ('execute', 'executemany')
+                and node.args):
+            continue
+        statement = node.args[0]
+        if isinstance(statement, ast.JoinedStr):
+            for part in statement.values:
+                if isinstance(part, ast.FormattedValue):
+                    yield rel, ast.unparse(part.value)
+        elif isinstance(statement, ast.BinOp) or (
+                isinstance(statement, ast.Call)
+                and isinstance(statement.func, ast.Attribute)
+                and statement.func.attr in ('join', 'format')):
+            yield rel, ast.unparse(statement)
+
+
+def _reviewed(found):
+    rel, text = found
+    if IN_LIST in text and ('share=share' not in text or any(
+            rel == file and expr in text for file, expr in REVIEWED)):
+        return True
+    return any(rel == file and (text == expr or expr in text)
+               for file, expr in REVIEWED)
+
+
+def test_every_spliced_statement_is_reviewed():
+    found = [item for path in sorted(SRC.rglob('*.py'))
+             for item in _spliced(path)]
+    assert found, 'the scan found nothing: it is broken'
+    unreviewed = [item for item in found if not _reviewed(item)]
+    assert not unreviewed, (
+        'statements splicing values not reviewed in '
+        f'tests/test_sql_safety.py: {unreviewed}')
+    # Nothing listed that the code no longer does.
+    stale = [key for key in REVIEWED
+             if not any(rel == key[0] and (text == key[1] or key[1] in text)
+                        for rel, text in found)]
+    assert not stale, f'reviewed splices no longer in the code: {stale}'
+    tally.add('SQL', 'spliced statements reviewed', len(found))
