@@ -13,8 +13,6 @@ own privileges.  Lists of ids travel as one array parameter.  Under a
 wait callback (gevent) psycopg2 refuses COPY: chunks then go an INSERT or
 a SELECT at a time.
 """
-import itertools
-
 from relstorage.adapters.blobs import BlobMover
 from relstorage.adapters.blobs import incomplete
 from relstorage.adapters.blobs import read_chunks
@@ -28,17 +26,19 @@ _COPY_IN = ('COPY blob_chunk (blob_id, chunk_num, data) FROM STDIN '
 # COPY takes no bind parameters; the blob id is an int written out.
 _COPY_OUT = ('COPY (SELECT data FROM blob_chunk WHERE blob_id = {blob_id:d} '
              'ORDER BY chunk_num) TO STDOUT WITH (FORMAT binary)')
-# Where COPY cannot run (psycopg2 under a wait callback).
-_INSERT_CHUNK = ('INSERT INTO blob_chunk (blob_id, chunk_num, data) '
-                 'VALUES (%s, %s, %s)')
-_SELECT_CHUNK = ('SELECT data FROM blob_chunk '
-                 'WHERE blob_id = %s AND chunk_num = %s')
+
 
 
 class PostgreSQLBlobMover(BlobMover):
 
     PARAM = '%s'
-    # Chunks move by COPY (upload, download below).
+    # Chunks move by COPY (upload, download below), or, where COPY cannot
+    # run (psycopg2 under a wait callback), a statement per chunk as on
+    # the other databases.
+    INSERT_CHUNK = ('INSERT INTO blob_chunk (blob_id, chunk_num, data) '
+                    'VALUES (%s, %s, %s)')
+    CHUNK = ('SELECT data FROM blob_chunk '
+             'WHERE blob_id = %s AND chunk_num = %s')
     BLOB_OF = ('SELECT blob_id, blob_size FROM object_blob '
                'WHERE zoid = %s AND tid = %s')
     COPY_CHUNKS = """
@@ -68,6 +68,8 @@ class PostgreSQLBlobMover(BlobMover):
         return '', (oid_array(values),)
 
     def upload(self, cursor, blob_id, path, chunk_size):
+        if not self.driver.can_copy():
+            return super().upload(cursor, blob_id, path, chunk_size)
         size = 0
 
         def pieces():
@@ -76,34 +78,17 @@ class PostgreSQLBlobMover(BlobMover):
                 size += len(data)
                 yield data
 
-        if self.driver.can_copy():
-            self.driver.copy_in_stream(
-                cursor, _COPY_IN, chunk_rows(blob_id, pieces()))
-        else:
-            # One INSERT per chunk where COPY cannot run (psycopg2 under a
-            # wait callback): a chunk in memory at a time all the same.
-            for num, data in enumerate(pieces()):
-                cursor.execute(_INSERT_CHUNK, (blob_id, num, data))
+        self.driver.copy_in_stream(
+            cursor, _COPY_IN, chunk_rows(blob_id, pieces()))
         return size
 
     def download(self, cursor, oid, tid, out):
+        if not self.driver.can_copy():
+            return super().download(cursor, oid, tid, out)
         row = self.blob_of(cursor, oid, tid)
         if row is None:
             return None
         blob_id, size = row
-        if not self.driver.can_copy():
-            written = 0
-            for num in itertools.count():
-                cursor.execute(_SELECT_CHUNK, (blob_id, num))
-                row = cursor.fetchone()
-                if row is None:
-                    break
-                data = bytes(row[0])
-                out.write(data)
-                written += len(data)
-            if written != size:
-                raise incomplete(oid, tid, blob_id, written, size)
-            return size
         reader = BinaryCopyReader(out)
         self.driver.copy_out_stream(
             cursor, _COPY_OUT.format(blob_id=int(blob_id)), reader.feed)
