@@ -72,3 +72,127 @@ def test_lost_session_inside_a_commit_is_retryable(open_storage,
     # New object ids keep coming after the allocator's session was dropped.
     kill_sessions()
     assert storage.new_oid() != oid
+
+
+# -- the connection lost in the last step of a commit ---------------------
+
+def _begin_one(storage, oid, serial, value):
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.store(oid, serial, zodb_pickle(MinPO(value)), '', t)
+    storage.tpc_vote(t)
+    return t
+
+
+def _committed(storage, value):
+    oid = storage.new_oid()
+    t = _begin_one(storage, oid, z64, value)
+    return oid, storage.tpc_finish(t)
+
+
+def test_lost_session_in_finish_is_checked(open_storage, kill_sessions):
+    """The session dropped after vote: the storage checks on a new
+    connection that the commit did not happen, then says it may be
+    retried; it commits again without help."""
+    storage = open_storage()
+    oid, tid = _committed(storage, 1)
+    t = _begin_one(storage, oid, tid, 2)
+    assert kill_sessions() >= 1
+    with pytest.raises(DisconnectedError) as caught:
+        storage.tpc_finish(t)
+    assert isinstance(caught.value, TransientError)
+    assert 'shows it was not committed' in str(caught.value)
+    storage.tpc_abort(t)                 # harmless after the failed finish
+    assert storage.load(oid)[1] == tid
+    t = _begin_one(storage, oid, tid, 3)
+    assert storage.tpc_finish(t) > tid
+
+
+def _fail_finish(monkeypatch, after):
+    """Make PendingTransaction.finish lose the connection, before the
+    real finish or (``after``) once it has committed, as a reply lost on
+    its way back would."""
+    from relstorage import tpc
+    real = tpc.PendingTransaction.finish
+
+    def finish(self, *args, **kwargs):
+        if after:
+            real(self, *args, **kwargs)
+        raise DisconnectedError('simulated: the connection went')
+    monkeypatch.setattr(tpc.PendingTransaction, 'finish', finish)
+    return lambda: monkeypatch.setattr(tpc.PendingTransaction, 'finish',
+                                       real)
+
+
+def test_lost_before_the_commit_reached_the_database(open_storage,
+                                                     monkeypatch):
+    storage = open_storage()
+    oid, tid = _committed(storage, 1)
+    new = storage.new_oid()
+    restore = _fail_finish(monkeypatch, after=False)
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.store(oid, tid, zodb_pickle(MinPO(2)), '', t)
+    storage.store(new, z64, zodb_pickle(MinPO('new')), '', t)
+    storage.tpc_vote(t)
+    with pytest.raises(DisconnectedError) as caught:
+        storage.tpc_finish(t)
+    restore()
+    assert 'shows it was not committed' in str(caught.value)
+    assert isinstance(caught.value, TransientError)
+    assert storage.load(oid)[1] == tid
+    with pytest.raises(KeyError):
+        storage.load(new)
+    # Not stuck: the next commit (no tpc_abort first, as after a failed
+    # finish in ``transaction``) goes through.
+    t = _begin_one(storage, oid, tid, 3)
+    assert storage.tpc_finish(t) > tid
+
+
+def test_lost_reply_of_a_commit_is_unknown(open_storage, monkeypatch):
+    """The commit happened but its reply was lost: the storage cannot prove
+    it did not commit, and says the outcome is unknown with an error that
+    is not retryable (a retry would apply the work twice)."""
+    from relstorage.errors import CommitOutcomeUnknownError
+    storage = open_storage()
+    oid, tid = _committed(storage, 1)
+    restore = _fail_finish(monkeypatch, after=True)
+    t = _begin_one(storage, oid, tid, 2)
+    with pytest.raises(CommitOutcomeUnknownError) as caught:
+        storage.tpc_finish(t)
+    restore()
+    assert not isinstance(caught.value, TransientError)
+    message = str(caught.value)
+    assert 'whether the database committed it is unknown' in message
+    assert 'have all changed since' in message
+    # Wholly committed, and the storage goes on.
+    storage.poll_invalidations()
+    state, now = storage.load(oid)
+    assert now > tid
+    t = _begin_one(storage, oid, now, 3)
+    assert storage.tpc_finish(t) > now
+
+
+def test_lost_commit_through_transaction(open_storage, monkeypatch):
+    """Through ZODB and ``transaction``: the failed commit can be aborted
+    and retried by the usual loop."""
+    db = ZODB.DB(open_storage())
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        with tm:
+            conn.root()['m'] = PersistentMapping(v=1)
+        restore = _fail_finish(monkeypatch, after=False)
+        tm.begin()
+        conn.root()['m']['v'] = 2
+        with pytest.raises(DisconnectedError):
+            tm.commit()
+        tm.abort()
+        restore()
+        for attempt in tm.attempts(3):
+            with attempt:
+                conn.root()['m']['v'] += 10
+        assert conn.root()['m']['v'] == 11
+        conn.close()
+    finally:
+        db.close()

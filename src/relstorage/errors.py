@@ -3,7 +3,8 @@
 Driver errors are mapped onto this small hierarchy so that callers can tell
 a conflict (retry the transaction), a lock timeout (retry later) and a lost
 connection (retry the transaction; nothing was committed) apart without
-knowing which database is underneath.
+knowing which database is underneath, and a lost connection whose commit
+may or may not have happened (do not retry blindly) from both.
 """
 from ZODB.POSException import ConflictError
 from transaction.interfaces import TransientError
@@ -16,6 +17,7 @@ __all__ = [
     'CommitLockTimeoutError',
     'LockConflictError',
     'DisconnectedError',
+    'CommitOutcomeUnknownError',
     'SchemaError',
     'PackError',
     'PackStopped',
@@ -40,7 +42,24 @@ class DisconnectedError(TransientError, StorageError):
     """The connection to the database was lost.
 
     Outside a commit the storage reconnects by itself; inside a commit the
-    transaction fails with this error and nothing of it is visible.
+    transaction fails with this error and nothing of it is visible.  When
+    the connection goes during the last step of a commit, the storage first
+    checks on a new connection that the commit did not happen before it
+    raises this error (otherwise: CommitOutcomeUnknownError).
+    """
+
+
+class CommitOutcomeUnknownError(StorageError):
+    """The connection was lost while the last step of a commit (its COMMIT)
+    was on its way, and the storage could not tell afterwards whether the
+    database committed it: the database was out of reach, or the objects
+    the commit wrote have changed since.
+
+    Deliberately not a TransientError: retrying a transaction that did
+    commit would apply it twice.  The transaction is wholly committed or
+    wholly absent; the application should look at the data (or its own
+    records) before doing the work again.  The message says what the
+    storage found.
     """
 
 

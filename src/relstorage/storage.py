@@ -45,12 +45,15 @@ from relstorage.localcache import LocalCache
 from relstorage.localcache import entry_state
 from relstorage.localcache import make_cache
 from relstorage.errors import CommitLockTimeoutError
+from relstorage.errors import CommitOutcomeUnknownError
+from relstorage.errors import DisconnectedError
 from relstorage.iteration import TransactionIterator
 from relstorage.metrics import Metrics
 from relstorage.oidpool import OIDPool
 from relstorage.readahead import Families
 from relstorage.options import Options
 from relstorage.options import ignored
+from relstorage.outcome import settle_lost_finish
 from relstorage.reconnect import retry_if_disconnected
 from relstorage.tids import id_to_int
 from relstorage.tpc import PendingTransaction
@@ -288,6 +291,11 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
             self._adapter.connmanager.close(
                 self._store_conn, self._store_cursor)
             self._store_conn = self._store_cursor = None
+
+    def _reopen_store(self):
+        self._drop_store_connection()
+        self._writer_cursor()
+        return self._store_conn, self._store_cursor
 
     def _writer_cursor(self):
         """The cursor of the committing connection.  Outside a commit it
@@ -769,8 +777,25 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
             if not txn.voted:
                 self.tpc_vote(transaction)
             batch = self._batching and txn.requested_tid is not None
-            with self._adapter.connmanager.translate():
-                tid = txn.finish(self._oids.highest, commit=not batch)
+            try:
+                with self._adapter.connmanager.translate():
+                    tid = txn.finish(self._oids.highest, commit=not batch)
+            except DisconnectedError as e:
+                if batch or self._batch_from is not None:
+                    raise       # a restore batch is lost either way
+                try:
+                    settle_lost_finish(
+                        self._name, self._adapter, txn.based_on(), e,
+                        self._reopen_store, self._drop_store_connection)
+                except CommitOutcomeUnknownError:
+                    # Its blob files may now belong to a committed
+                    # transaction: left in place.
+                    txn.blobs = None
+                    raise
+                finally:
+                    # Done with, whatever became of it: the application's
+                    # abort after a failed finish does not reach here.
+                    self._abort()
             if batch and self._batch_from is None:
                 self._batch_from = self._ltid
             if txn.blobs is not None:

@@ -78,6 +78,7 @@ class PendingTransaction:
         self.max_oid = -1
         self._rows = {}          # oid -> (prev_tid, state, data_txn)
         self._deletions = {}     # oid -> prev_tid, of deleteObject rows
+        self._based_on = {}      # oid -> prev_tid (0: new), not restores
         self._order = {}         # oid -> position in store order
         self._next_ord = 0
         self.superseded = []     # (oid, state, data_txn, ord) of restores
@@ -113,6 +114,8 @@ class PendingTransaction:
             self._order[oid] = self._next_ord
             self._next_ord += 1
         self._rows[oid] = (prev_tid, state, data_txn)
+        if prev_tid is not None:
+            self._based_on[oid] = prev_tid
         if state is None and prev_tid:
             self._deletions[oid] = prev_tid
         elif self._deletions:
@@ -229,6 +232,7 @@ class PendingTransaction:
             resolved = storage.tryToResolveConflict(
                 p64(oid), p64(committed_tid), p64(prev_tid), state,
                 committed_state)
+            self._based_on[oid] = committed_tid
             if self._inline:
                 self._rows[oid] = (committed_tid, resolved, 0)
             else:
@@ -340,6 +344,12 @@ class PendingTransaction:
         """``{oid: prev_tid}`` of the objects this commit deletes
         (deleteObject)."""
         return self._deletions
+
+    def based_on(self):
+        """``{oid: tid}``: the committed tid each object this transaction
+        writes had when it was locked (0 for a new object); empty for a
+        restore, which writes without a base."""
+        return self._based_on
 
     def stored(self):
         """How many objects this transaction stores."""

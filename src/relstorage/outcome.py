@@ -1,0 +1,109 @@
+"""What became of a commit whose connection was lost in its last step.
+
+The last step of a commit sends the COMMIT (on PostgreSQL and MySQL in the
+same round trip as the rows).  When the connection fails while that is on
+its way, the database may have committed or not, and the client cannot
+tell from the error.  A TransientError would make ``transaction``'s retry
+loop run the work again, which applies it twice when the first attempt
+did commit; a plain error would throw away a transaction that in fact
+failed cleanly.  So the storage asks a new connection:
+
+* It first takes the locks the lost session held or was waiting for: the
+  rows of the objects the commit writes and the commit lock.  Until the
+  database has ended the lost session (which it may still be running, if
+  the network failed rather than the server), those locks are not granted
+  and the check waits, up to commit-lock-timeout.
+* If any object is still at the tid the commit was based on (a new object:
+  still absent), the commit did not happen: the database commits all of a
+  transaction or none of it, and any commit that touches an object gives it
+  a new tid.  That is a DisconnectedError, retryable.
+* Otherwise the commit may have happened, or another one may have changed
+  those objects after this one failed (two writers can even produce the
+  same bytes): CommitOutcomeUnknownError, which says what was found.
+"""
+import logging
+import time
+
+from ZODB.utils import p64
+from ZODB.utils import tid_repr
+
+from relstorage.errors import CommitOutcomeUnknownError
+from relstorage.errors import DisconnectedError
+
+log = logging.getLogger(__name__)
+
+#: Seconds to keep trying to reach the database again after the connection
+#: went in the last step of a commit (a restarting server takes a few).
+REACH_WAIT = 20.0
+
+#: Seconds between those attempts.
+REACH_PAUSE = 0.5
+
+
+def settle_lost_finish(name, adapter, based_on, lost, open_cursor, drop,
+                       reach_wait=REACH_WAIT):
+    """Raise the error that says what became of a commit whose connection
+    was lost (``lost``, a DisconnectedError) in its last step.
+
+    ``based_on``: ``{oid: tid}`` the commit was based on (see
+    PendingTransaction.based_on); ``open_cursor()`` opens the committing
+    connection anew and returns ``(conn, cursor)``, ``drop()`` closes it.  Always
+    raises: DisconnectedError when the commit certainly did not happen,
+    CommitOutcomeUnknownError otherwise.
+    """
+    connmanager = adapter.connmanager
+    cause = str(lost)
+    if not based_on:
+        unknown(name, 'it wrote no object whose state could show it',
+                cause, lost)
+    deadline = time.monotonic() + reach_wait
+    oids = sorted(based_on)
+    while True:
+        drop()
+        try:
+            with connmanager.translate('checking a lost commit'):
+                conn, cursor = open_cursor()
+                connmanager.begin_store(conn, cursor)
+                try:
+                    current, _ = adapter.locker.lock_for_vote(
+                        cursor, oids, [], staged=False)
+                    adapter.locker.hold_commit_lock(cursor)
+                    current = adapter.mover.current_tids(cursor, oids)
+                finally:
+                    connmanager.rollback(conn, cursor)
+            break
+        except DisconnectedError as e:
+            if time.monotonic() >= deadline:
+                unknown(name, f'the database was still out of reach after '
+                        f'{reach_wait:g}s ({e})', cause, lost)
+            time.sleep(REACH_PAUSE)
+        except Exception as e:
+            # A lock timeout: the lost session may still be running.
+            unknown(name, f'checking failed: {type(e).__name__}: {e}',
+                    cause, lost)
+    unchanged = [oid for oid in oids
+                 if current.get(oid, 0) == based_on[oid]]
+    if unchanged:
+        log.warning('%s: lost the connection while finishing a commit; '
+                    'oid %s is unchanged, so it was not committed', name,
+                    f'0x{unchanged[0]:x}')
+        raise DisconnectedError(
+            f'{name}: lost the connection while finishing the commit; a new '
+            f'connection shows it was not committed (oid 0x{unchanged[0]:x} '
+            f'is still at tid {tid_repr(p64(based_on[unchanged[0]]))}): '
+            f'retry the transaction ({cause})') from lost
+    tids = sorted({current.get(oid, 0) for oid in oids})
+    unknown(name, f'the {len(oids)} objects it wrote have all changed since '
+            f'(now at tid {", ".join(tid_repr(p64(t)) for t in tids[:3])}'
+            f'{", ..." if len(tids) > 3 else ""}): by this commit, or by '
+            f'another one after it failed', cause, lost)
+
+
+def unknown(name, found, cause, lost):
+    log.error('%s: lost the connection while finishing a commit and cannot '
+              'tell whether it was committed: %s', name, found)
+    raise CommitOutcomeUnknownError(
+        f'{name}: lost the connection while finishing the commit; whether '
+        f'the database committed it is unknown: {found}.  It is wholly '
+        f'committed or wholly absent: look before doing the work again '
+        f'({cause})') from lost
