@@ -17,6 +17,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 #: Seconds a whole child run may take before the test fails.
 RUN_TIMEOUT = 60
 
+#: Events that only say how far a child got (``hold``: ``voting`` before
+#: tpc_vote, ``finishing`` before tpc_finish): ``expect`` passes over them
+#: when it waits for another.
+PROGRESS = frozenset({'voting', 'finishing'})
+
 
 class Worker:
     """One child process running a script of tests/ (``script``)."""
@@ -82,9 +87,43 @@ class Worker:
                 message = json.loads(line)
             except ValueError:
                 continue          # stray output; kept for the report
+            if message.get('event') in PROGRESS and (
+                    message['event'] != event):
+                continue
             if message.get('event') != event:
                 self._fail(f'expected {event!r}, got {message!r}')
             return message
+
+    def next_event(self, timeout=RUN_TIMEOUT):
+        """The next JSON line, whatever its event; None once the child's
+        output has ended.  Fails the test on the timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._fail(f'no output within {timeout}s')
+            try:
+                line = self._lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line is None:
+                self._lines.put(None)     # later calls see the end too
+                return None
+            self.output.append(line)
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+
+    def rest(self, timeout=RUN_TIMEOUT):
+        """Every JSON line still to come, until the child's output ends
+        (after it exited or was killed)."""
+        events = []
+        while True:
+            message = self.next_event(timeout)
+            if message is None:
+                return events
+            events.append(message)
 
     def send(self, word):
         self.proc.stdin.write(word + '\n')

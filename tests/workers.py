@@ -28,12 +28,15 @@ Commands:
     the others got going), it polls until one does.  Ends with a
     ``result`` event.
 
-``hold CONFIG OID_HEX...``
-    Stores a new state (``MinPO(('held', oid))``) for each given oid plus
-    one new object, through the storage API directly, votes, says ``voted``
+``hold CONFIG [wait] OID_HEX...``
+    With ``wait``, first says ``ready`` (the database open, the serials
+    read, the new oid allocated) and waits for ``go``.  Then stores a new state (``MinPO(('held', oid))``) for each given oid plus
+    one new object, through the storage API directly, says ``voting``,
+    votes, says ``voted``
     and then keeps the transaction open, holding whatever locks vote took,
-    until stdin says ``abort`` or ``finish`` (or closes: abort).  Made to be
-    killed while it holds them.
+    until stdin says ``abort`` or ``finish`` (or closes: abort); says
+    ``finishing`` before it finishes.  Made to be killed while it holds
+    the locks, waits for them, or finishes.
 
 ``transfers CONFIG NAME N TOTAL SEED [PAUSE [BEGIN]]``
     Says ``ready`` once the database is open, waits for ``go``, then runs N
@@ -60,6 +63,19 @@ Commands:
     starts when the previous one ends, the way many applications run).
     Ends with a ``result`` event that holds,
     among the counts, the tid of each committed transfer (``tids``).
+
+``loop CONFIG NAME SECONDS [PAUSE [PATIENCE]]``
+    Says ``ready`` (with the current ``value``), waits for ``go``, then
+    commits until SECONDS have passed or stdin says ``stop``: each
+    transaction reads the counters of ``root['loops'][NAME]`` (see
+    ``prepare_loops``), counts a view where they differ (``torn``) and
+    sets all of them to the first one's value plus one.  Says ``acked``
+    (``value``, ``tid``) as soon as each ``commit()`` returns, so that a
+    parent that kills it knows what it was told was committed.  A
+    retryable error is retried after 0.1 s (``first_error`` reports the
+    first of each kind) for up to PATIENCE seconds (default 60) of
+    failures in a row; a CommitOutcomeUnknownError says ``unknown`` and
+    goes on from what the database holds.  Ends with a ``result`` event.
 
 ``oids CONFIG COUNT``
     Says ``ready``, waits for ``go``, calls ``new_oid()`` COUNT times and
@@ -457,23 +473,31 @@ def run_hold(config_path, *oid_hexes):
     from ZODB.utils import u64
     from ZODB.utils import z64
 
+    handshake = oid_hexes[:1] == ('wait',)
+    if handshake:
+        oid_hexes = oid_hexes[1:]
     storage = open_storage(config_path)
     try:
         oids = [p64(int(h, 16)) for h in oid_hexes]
         # Read the serials before the commit starts, as a Connection would.
         serials = {oid: storage.load(oid)[1] for oid in oids}
         new_oid = storage.new_oid()
+        if handshake:
+            emit('ready', pid=os.getpid())
+            wait_for_go()
         txn = TransactionMetaData(description=HOLD_DESCRIPTION)
         storage.tpc_begin(txn)
         for oid in oids:
             storage.store(oid, serials[oid],
                           zodb_pickle(MinPO(held_state(u64(oid)))), '', txn)
         storage.store(new_oid, z64, zodb_pickle(MinPO('new')), '', txn)
+        emit('voting', pid=os.getpid(), new_oid=u64(new_oid))
         storage.tpc_vote(txn)
         emit('voted', pid=os.getpid(), new_oid=u64(new_oid),
              serials={f'{u64(o):x}': u64(s) for o, s in serials.items()})
         word = read_command()
         if word == 'finish':
+            emit('finishing')
             tid = storage.tpc_finish(txn)
             emit('finished', tid=u64(tid))
         else:
@@ -481,6 +505,74 @@ def run_hold(config_path, *oid_hexes):
             emit('aborted', command=word)
     finally:
         storage.close()
+
+
+def prepare_loops(root, names, objects):
+    """Create what the ``loop`` command expects under ``root``: for each
+    worker name a list of ``objects`` counters of its own."""
+    from persistent.list import PersistentList
+    root['loops'] = PersistentMapping({
+        name: PersistentList(Counter() for _ in range(objects))
+        for name in names})
+
+
+def run_loop(config_path, name, seconds, pause='0', patience='60'):
+    import transaction
+    import ZODB
+    from transaction.interfaces import TransientError
+    from ZODB.utils import u64
+    from relstorage.errors import CommitOutcomeUnknownError
+
+    seconds, pause, patience = float(seconds), float(pause), float(patience)
+    db = ZODB.DB(open_storage(config_path))
+    tm = transaction.TransactionManager(explicit=True)
+    conn = db.open(tm)
+    with tm:
+        start = conn.root()['loops'][name][0].value
+    emit('ready', name=name, pid=os.getpid(), value=start)
+    # Commits until ``seconds`` have passed since "go", or "stop" arrives.
+    stop = threading.Event()
+    wait_for_go()
+    threading.Thread(target=lambda: (read_command(), stop.set()),
+                     daemon=True).start()
+    deadline = time.monotonic() + seconds
+    errors = {}
+    failing_since = None
+    torn = committed = 0
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            tm.begin()
+            counters = conn.root()['loops'][name]
+            values = [c.value for c in counters]
+            if len(set(values)) != 1:
+                torn += 1
+            for c in counters:
+                c.value = values[0] + 1
+            if pause:
+                time.sleep(pause)
+            tm.commit()
+        except CommitOutcomeUnknownError as e:
+            tm.abort()
+            emit('unknown', value=values[0] + 1, error=str(e))
+            # The next transaction reads what became of it.
+            continue
+        except TransientError as e:
+            tm.abort()
+            kind = type(e).__name__
+            if kind not in errors:
+                emit('first_error', kind=kind, error=str(e))
+            errors[kind] = errors.get(kind, 0) + 1
+            failing_since = failing_since or time.monotonic()
+            if time.monotonic() - failing_since > patience:
+                raise
+            time.sleep(0.1)
+            continue
+        failing_since = None
+        committed += 1
+        emit('acked', value=values[0] + 1, tid=u64(counters[0]._p_serial))
+    emit('result', committed=committed, torn=torn, errors=errors)
+    conn.close()
+    db.close()
 
 
 def run_oids(config_path, count):
@@ -500,6 +592,7 @@ def run_oids(config_path, count):
 COMMANDS = {
     'counter': run_counter,
     'hold': run_hold,
+    'loop': run_loop,
     'oids': run_oids,
     'transfers': run_transfers,
 }
