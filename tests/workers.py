@@ -65,17 +65,18 @@ Commands:
     among the counts, the tid of each committed transfer (``tids``).
 
 ``loop CONFIG NAME SECONDS [PAUSE [PATIENCE]]``
-    Says ``ready`` (with the current ``value``), waits for ``go``, then
-    commits until SECONDS have passed or stdin says ``stop``: each
-    transaction reads the counters of ``root['loops'][NAME]`` (see
-    ``prepare_loops``), counts a view where they differ (``torn``) and
-    sets all of them to the first one's value plus one.  Says ``acked``
-    (``value``, ``tid``) as soon as each ``commit()`` returns, so that a
-    parent that kills it knows what it was told was committed.  A
-    retryable error is retried after 0.1 s (``first_error`` reports the
-    first of each kind) for up to PATIENCE seconds (default 60) of
-    failures in a row; a CommitOutcomeUnknownError says ``unknown`` and
-    goes on from what the database holds.  Ends with a ``result`` event.
+    Says ``ready`` (with the current ``value``), then runs a period of
+    commits at every ``go`` until stdin closes or says anything else.  A
+    period lasts SECONDS, or until stdin says ``stop``: each transaction
+    reads the counters of ``root['loops'][NAME]`` (see ``prepare_loops``),
+    counts a view where they differ (``torn``) and sets all of them to the
+    first one's value plus one.  Says ``acked`` (``value``, ``tid``) as
+    soon as each ``commit()`` returns, so that a parent that kills it
+    knows what it was told was committed.  A retryable error is retried
+    after 0.1 s (``first_error`` reports the first of each kind in a
+    period) for up to PATIENCE seconds (default 60) of failures in a row;
+    a CommitOutcomeUnknownError says ``unknown`` and goes on from what the
+    database holds.  A period ends with a ``result`` event.
 
 ``oids CONFIG COUNT``
     Says ``ready``, waits for ``go``, calls ``new_oid()`` COUNT times and
@@ -517,6 +518,7 @@ def prepare_loops(root, names, objects):
 
 
 def run_loop(config_path, name, seconds, pause='0', patience='60'):
+    import queue
     import transaction
     import ZODB
     from transaction.interfaces import TransientError
@@ -529,17 +531,31 @@ def run_loop(config_path, name, seconds, pause='0', patience='60'):
     conn = db.open(tm)
     with tm:
         start = conn.root()['loops'][name][0].value
+    words = queue.Queue()
+
+    def listen():
+        while True:
+            word = read_command()
+            words.put(word)
+            if not word:
+                return
+    threading.Thread(target=listen, daemon=True).start()
     emit('ready', name=name, pid=os.getpid(), value=start)
-    # Commits until ``seconds`` have passed since "go", or "stop" arrives.
-    stop = threading.Event()
-    wait_for_go()
-    threading.Thread(target=lambda: (read_command(), stop.set()),
-                     daemon=True).start()
+    while words.get() == 'go':
+        period(name, seconds, pause, patience, tm, conn, words, u64,
+               TransientError, CommitOutcomeUnknownError)
+    conn.close()
+    db.close()
+
+
+def period(name, seconds, pause, patience, tm, conn, words, u64,
+           TransientError, CommitOutcomeUnknownError):
+    """One run of the ``loop`` command, until the time is up or "stop"."""
     deadline = time.monotonic() + seconds
     errors = {}
     failing_since = None
     torn = committed = 0
-    while not stop.is_set() and time.monotonic() < deadline:
+    while time.monotonic() < deadline and words.empty():
         try:
             tm.begin()
             counters = conn.root()['loops'][name]
@@ -570,9 +586,9 @@ def run_loop(config_path, name, seconds, pause='0', patience='60'):
         failing_since = None
         committed += 1
         emit('acked', value=values[0] + 1, tid=u64(counters[0]._p_serial))
+    if not words.empty() and words.queue[0] == 'stop':
+        words.get()
     emit('result', committed=committed, torn=torn, errors=errors)
-    conn.close()
-    db.close()
 
 
 def run_oids(config_path, count):

@@ -1,0 +1,130 @@
+"""A MariaDB (or MySQL) server of a test's own, started from the installed
+server binaries (mariadb-install-db, mariadbd) on a free loopback port, for
+the fault tests that stop, restart or starve a server: the shared server of
+the other tests is left alone.
+
+Where the binaries are missing the tests are skipped, and fail under CI
+(like an unreachable server).
+"""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from backends import _unavailable
+from pgcluster import _free_port
+
+#: Small buffers and no binary log: a test database, started quickly.
+SETTINGS = ('--innodb-buffer-pool-size=32M', '--innodb-log-file-size=16M',
+            '--skip-log-bin', '--innodb-flush-log-at-trx-commit=2')
+
+
+def _program(*names):
+    for name in names:
+        found = shutil.which(name) or (
+            os.path.exists(f'/usr/sbin/{name}') and f'/usr/sbin/{name}')
+        if found:
+            return found
+    return None
+
+
+class MariaDBServer:
+    """A running server with an empty data directory of its own;
+    ``close()`` stops it and removes its files."""
+
+    def __init__(self, max_connections=40, settings=()):
+        self.server = _program('mariadbd', 'mysqld')
+        install = _program('mariadb-install-db', 'mysql_install_db')
+        if self.server is None or install is None:
+            _unavailable('MariaDB server binaries (mariadbd)', 'not found')
+        self.root = tempfile.mkdtemp(prefix='relstorage-mariadb-')
+        self.data = os.path.join(self.root, 'data')
+        self.log = os.path.join(self.root, 'server.log')
+        self.port = _free_port()
+        self.max_connections = max_connections
+        self.settings = tuple(settings)
+        self.proc = None
+        done = subprocess.run(
+            [install, '--no-defaults', f'--datadir={self.data}', '--user=root',
+             '--auth-root-authentication-method=normal', '--skip-test-db'],
+            capture_output=True, text=True, timeout=120)
+        if done.returncode:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise RuntimeError(f'{install} failed ({done.returncode}): '
+                               f'{done.stderr.strip()[-2000:]}')
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self, timeout=60):
+        self.proc = subprocess.Popen(
+            [self.server, '--no-defaults', f'--datadir={self.data}',
+             f'--port={self.port}', '--bind-address=127.0.0.1',
+             f'--socket={os.path.join(self.root, "sock")}',
+             f'--pid-file={os.path.join(self.root, "pid")}',
+             f'--log-error={self.log}', '--user=root',
+             f'--max-connections={self.max_connections}',
+             *SETTINGS, *self.settings],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.query('SELECT 1')
+                return
+            except Exception:
+                if self.proc.poll() is not None or (
+                        time.monotonic() > deadline):
+                    raise RuntimeError(
+                        f'mariadbd did not start: {self._log_tail()}')
+                time.sleep(0.1)
+
+    def stop(self, timeout=60):
+        """A clean shutdown (SIGTERM), as an administrator's restart
+        does: sessions are ended, open transactions rolled back."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+    def _log_tail(self):
+        try:
+            with open(self.log, encoding='utf-8', errors='replace') as f:
+                return f.read()[-2000:]
+        except OSError:
+            return '(no log)'
+
+    def connect(self, database=None, **keys):
+        import pymysql
+        return pymysql.connect(host='127.0.0.1', port=self.port,
+                               user=keys.pop('user', 'root'), db=database,
+                               autocommit=True, **keys)
+
+    def query(self, sql, params=None, database=None):
+        conn = self.connect(database)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.fetchall()
+        finally:
+            conn.close()
+
+    def adapter_keys(self, database):
+        return {'host': '127.0.0.1', 'port': self.port, 'user': 'root',
+                'db': database}
+
+    def close(self):
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
