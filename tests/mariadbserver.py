@@ -34,13 +34,16 @@ class MariaDBServer:
     """A running server with an empty data directory of its own;
     ``close()`` stops it and removes its files."""
 
-    def __init__(self, max_connections=40, settings=()):
+    def __init__(self, max_connections=40, settings=(), under=None):
         self.server = _program('mariadbd', 'mysqld')
         install = _program('mariadb-install-db', 'mysql_install_db')
         if self.server is None or install is None:
             _unavailable('MariaDB server binaries (mariadbd)', 'not found')
         self.root = tempfile.mkdtemp(prefix='relstorage-mariadb-')
-        self.data = os.path.join(self.root, 'data')
+        # ``under``: where to make the data directory (a small disk, say);
+        # the log and the socket stay in ``root``.
+        self.data = (os.path.join(tempfile.mkdtemp(dir=under), 'data')
+                     if under else os.path.join(self.root, 'data'))
         self.log = os.path.join(self.root, 'server.log')
         self.port = _free_port()
         self.max_connections = max_connections
@@ -48,7 +51,8 @@ class MariaDBServer:
         self.proc = None
         done = subprocess.run(
             [install, '--no-defaults', f'--datadir={self.data}', '--user=root',
-             '--auth-root-authentication-method=normal', '--skip-test-db'],
+             '--auth-root-authentication-method=normal', '--skip-test-db',
+             *SETTINGS],
             capture_output=True, text=True, timeout=120)
         if done.returncode:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -128,3 +132,4 @@ class MariaDBServer:
     def close(self):
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(self.data), ignore_errors=True)

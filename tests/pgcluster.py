@@ -76,7 +76,7 @@ class Server:
     def start(self):
         self.cluster.run(
             'pg_ctl', '-D', self.data, '-l', self.log, '-w', '-t', '60',
-            '-o', f'{SETTINGS} -c max_connections='
+            '-o', f'{SETTINGS} {self.cluster.settings} -c max_connections='
                   f'{self.cluster.max_connections} '
                   f'-c listen_addresses=127.0.0.1 '
                   f'-c port={self.port} '
@@ -106,8 +106,10 @@ class Cluster:
     ``standby`` is false), both running; ``close()`` stops both and removes
     their files."""
 
-    def __init__(self, standby=True, max_connections=40):
+    def __init__(self, standby=True, max_connections=40, settings=''):
         self.max_connections = max_connections
+        #: More ``-c name=value`` settings of both servers.
+        self.settings = settings
         bindir = _bindir()
         if bindir is None:
             _unavailable('PostgreSQL server binaries (pg_ctl)', 'not found')

@@ -20,10 +20,8 @@ import ZODB
 
 import tally
 import workers
-from backends import _zconfig
-from mariadbserver import MariaDBServer
-from pgcluster import Cluster
-from relstorage.storage import RelStorage
+from private import PrivateMariaDB
+from private import PrivatePostgreSQL
 from test_processes import START_TIMEOUT
 from test_processes import spawn         # noqa: F401 (fixture)
 
@@ -42,56 +40,6 @@ ACKS_AROUND = 5
 
 #: What the application may see while the server restarts under it.
 RETRYABLE = {'DisconnectedError'}
-
-
-class PrivatePostgreSQL:
-    def __init__(self):
-        self.cluster = Cluster(standby=False, max_connections=30)
-        self.server = self.cluster.primary
-
-    def new_database(self):
-        self.server.query('CREATE DATABASE faults')
-        return self.server.dsn('faults')
-
-    def zconfig(self, database, **extra):
-        return _zconfig('postgresql', {'dsn': database}, True, extra)
-
-    def open(self, database, **options):
-        from relstorage.adapters.postgresql import PostgreSQLAdapter
-        return RelStorage(PostgreSQLAdapter(dsn=database), **options)
-
-    def restart(self):
-        # "fast": sessions are ended and their transactions rolled back,
-        # as an administrator's restart does.
-        self.server.stop('fast')
-        self.server.start()
-
-    def close(self):
-        self.cluster.close()
-
-
-class PrivateMariaDB:
-    def __init__(self):
-        self.server = MariaDBServer(max_connections=30)
-
-    def new_database(self):
-        self.server.query('CREATE DATABASE faults')
-        return 'faults'
-
-    def zconfig(self, database, **extra):
-        return _zconfig('mysql', self.server.adapter_keys(database), True,
-                        extra)
-
-    def open(self, database, **options):
-        from relstorage.adapters.mysql import MySQLAdapter
-        return RelStorage(MySQLAdapter(**self.server.adapter_keys(database)),
-                          **options)
-
-    def restart(self):
-        self.server.restart()
-
-    def close(self):
-        self.server.close()
 
 
 @pytest.fixture(params=[

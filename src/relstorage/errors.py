@@ -18,6 +18,7 @@ __all__ = [
     'LockConflictError',
     'DisconnectedError',
     'CommitOutcomeUnknownError',
+    'DatabaseFullError',
     'SchemaError',
     'PackError',
     'PackStopped',
@@ -60,6 +61,14 @@ class CommitOutcomeUnknownError(StorageError):
     wholly absent; the application should look at the data (or its own
     records) before doing the work again.  The message says what the
     storage found.
+    """
+
+
+class DatabaseFullError(StorageError):
+    """The database ran out of space: its disk is full, or a size limit of
+    the database was reached.  Nothing of the transaction was committed;
+    what was committed before is intact and readable.  Not a
+    TransientError: a retry fails the same way until space is freed.
     """
 
 

@@ -41,7 +41,7 @@ REACH_PAUSE = 0.5
 
 
 def settle_lost_finish(name, adapter, based_on, lost, open_cursor, drop,
-                       reach_wait=REACH_WAIT):
+                       reach_wait=None):
     """Raise the error that says what became of a commit whose connection
     was lost (``lost``, a DisconnectedError) in its last step.
 
@@ -52,6 +52,8 @@ def settle_lost_finish(name, adapter, based_on, lost, open_cursor, drop,
     CommitOutcomeUnknownError otherwise.
     """
     connmanager = adapter.connmanager
+    if reach_wait is None:
+        reach_wait = REACH_WAIT
     cause = str(lost)
     if not based_on:
         unknown(name, 'it wrote no object whose state could show it',

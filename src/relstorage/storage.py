@@ -793,8 +793,8 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
                     txn.blobs = None
                     raise
                 finally:
-                    # Done with, whatever became of it: the application's
-                    # abort after a failed finish does not reach here.
+                    # Done with, whatever became of it (the tpc_abort that
+                    # ``transaction`` sends next finds nothing to do).
                     self._abort()
             if batch and self._batch_from is None:
                 self._batch_from = self._ltid

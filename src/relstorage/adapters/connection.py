@@ -115,10 +115,18 @@ class ConnectionManager:
             try:
                 return self._opened(connect())
             except self.driver.Error as e:
-                if not is_full(e) or time.monotonic() + pause > deadline:
+                if not is_full(e):
                     raise DisconnectedError(
                         f'cannot connect to {describe}: {e}') from None
-            time.sleep(pause)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise DisconnectedError(
+                        f'cannot connect to {describe}: the server had no '
+                        f'connection slot free for {self.lock_timeout:g}s '
+                        f'(commit-lock-timeout); raise its connection limit '
+                        f'or open fewer connections ({_first_line(e)})'
+                    ) from None
+            time.sleep(min(pause, remaining))
             pause = min(pause * 2, 0.5)
 
     def _in_transaction(self, conn):
@@ -165,3 +173,8 @@ class ConnectionManager:
             self.commit(conn, cursor)
         finally:
             self.close(conn, cursor)
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -12,6 +12,7 @@ import math
 from relstorage.adapters.connection import ConnectionManager
 from relstorage.adapters.interfaces import IConnectionManager
 from relstorage.errors import CommitLockTimeoutError
+from relstorage.errors import DatabaseFullError
 from relstorage.errors import DisconnectedError
 from relstorage.errors import LockConflictError
 from ZODB.POSException import StorageError
@@ -26,6 +27,12 @@ ER_LOCK_NOWAIT = 3572             # MySQL 8's NOWAIT failure
 ER_DUP_ENTRY = 1062
 ER_NET_PACKET_TOO_LARGE = 1153
 ER_CON_COUNT = 1040               # too many connections
+#: "Disk full ... waiting for someone to free space", "The table is full"
+#: (InnoDB out of space in its file), "Got error 28 (ENOSPC) from storage
+#: engine": out of space, each in its way.
+ER_DISK_FULL = 1021
+ER_RECORD_FILE_FULL = 1114
+ER_GET_ERRNO = 1030
 # The session is gone: server gone away, lost connection, killed,
 # shut down, and MySQL 8's "disconnected by the server".
 _GONE = {2006, 2013, 2055, 1927, 1053, 4031}
@@ -190,6 +197,13 @@ class MySQLConnectionManager(ConnectionManager):
                     f'{what}: a statement exceeded the server\'s '
                     f'max_allowed_packet ({self.max_allowed_packet} bytes); '
                     f'raise max_allowed_packet') from e
+            if number in (ER_DISK_FULL, ER_RECORD_FILE_FULL) or (
+                    number == ER_GET_ERRNO and ' 28 ' in str(e)):
+                raise DatabaseFullError(
+                    f'{what}: the MySQL server {self._description} is out of '
+                    f'space for this database (disk full, or a table at its '
+                    f'size limit); nothing of this transaction was '
+                    f'committed ({e})') from e
             if number in _GONE or isinstance(e, driver.InterfaceError):
                 raise DisconnectedError(
                     f'{what}: lost the connection to {self._description}; '

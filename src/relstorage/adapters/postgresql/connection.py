@@ -10,8 +10,10 @@ VACUUM.
 import contextlib
 
 from relstorage.adapters.connection import ConnectionManager
+from relstorage.adapters.connection import _first_line
 from relstorage.adapters.interfaces import IConnectionManager
 from relstorage.errors import CommitLockTimeoutError
+from relstorage.errors import DatabaseFullError
 from relstorage.errors import DisconnectedError
 from relstorage.errors import LockConflictError
 from zope.interface import implementer
@@ -22,6 +24,7 @@ DEADLOCK_DETECTED = '40P01'
 SERIALIZATION_FAILURE = '40001'
 UNIQUE_VIOLATION = '23505'
 TOO_MANY_CONNECTIONS = '53300'
+DISK_FULL = '53100'
 # Connection exceptions (08...) and operator intervention (57P...:
 # pg_terminate_backend, shutdown, crash) mean the session is gone.
 _GONE_PREFIXES = ('08', '57P')
@@ -160,6 +163,11 @@ class PostgreSQLConnectionManager(ConnectionManager):
                 raise LockConflictError(
                     f'{what}: a concurrent transaction stored an object with '
                     f'the same oid ({_first_line(e)})') from e
+            if code == DISK_FULL:
+                raise DatabaseFullError(
+                    f'{what}: the PostgreSQL server {self._description} is '
+                    f'out of disk space; nothing of this transaction was '
+                    f'committed ({_first_line(e)})') from e
             if (code is None and isinstance(
                     e, (driver.OperationalError, driver.InterfaceError))) or (
                     code and code.startswith(_GONE_PREFIXES)):
@@ -168,8 +176,3 @@ class PostgreSQLConnectionManager(ConnectionManager):
                     f'nothing of this transaction was committed '
                     f'({_first_line(e)})') from e
             raise
-
-
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -6,11 +6,15 @@ from relstorage.adapters.connection import ConnectionManager
 from relstorage.adapters.interfaces import IConnectionManager
 from relstorage.errors import CommitLockTimeoutError
 from relstorage.errors import ConfigurationError
+from relstorage.errors import DatabaseFullError
 from relstorage.options import _byte_size
 from zope.interface import implementer
 
 #: The name of the database file inside data-dir.
 DB_FILENAME = 'relstorage.sqlite3'
+
+#: sqlite3's result code for "database or disk is full".
+SQLITE_FULL = 13
 
 #: Applied to every connection before the user's <pragmas>, which win.
 #: synchronous=FULL makes every commit durable across an operating-system
@@ -156,6 +160,12 @@ class SQLiteConnectionManager(ConnectionManager):
         try:
             yield
         except self.driver.OperationalError as e:
+            if 'disk is full' in str(e) or getattr(
+                    e, 'sqlite_errorcode', None) == SQLITE_FULL:
+                raise DatabaseFullError(
+                    f'{what}: the SQLite database {self.path} is full (its '
+                    f'disk, or max_page_count); nothing of this transaction '
+                    f'was committed ({e})') from e
             if 'locked' not in str(e) and 'busy' not in str(e):
                 raise
             raise CommitLockTimeoutError(
