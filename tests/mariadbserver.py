@@ -133,3 +133,79 @@ class MariaDBServer:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
         shutil.rmtree(os.path.dirname(self.data), ignore_errors=True)
+
+
+class MariaDBPair:
+    """A primary (binary log on) and a replica of it (``read_only``,
+    replicating by GTID), both servers of the test's own, and ``user``, an
+    account without SUPER on both (root may write to a read-only server;
+    an application's account may not)."""
+
+    user = 'zodb'
+    password = 'zodb-pw'
+
+    def __init__(self):
+        self.primary = MariaDBServer(settings=(
+            '--log-bin=binlog', '--server-id=1', '--binlog-format=ROW'))
+        try:
+            self.replica = MariaDBServer(settings=(
+                '--log-bin=binlog', '--server-id=2', '--read-only=1',
+                '--log-slave-updates=1'))
+        except BaseException:
+            self.primary.close()
+            raise
+        try:
+            self.replica.query(
+                f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', "
+                f"MASTER_PORT={int(self.primary.port)}, "
+                f"MASTER_USER='root', MASTER_PASSWORD='', "
+                f"MASTER_USE_GTID=current_pos")
+            self.replica.query('START SLAVE')
+            for host in ('localhost', '127.0.0.1'):
+                self.primary.query(
+                    f"CREATE USER '{self.user}'@'{host}' IDENTIFIED BY "
+                    f"'{self.password}'")
+            self.wait_replayed()
+        except BaseException:
+            self.close()
+            raise
+
+    def create_database(self, name):
+        self.primary.query(f'CREATE DATABASE {name}')
+        for host in ('localhost', '127.0.0.1'):
+            self.primary.query(
+                f"GRANT ALL PRIVILEGES ON {name}.* TO "
+                f"'{self.user}'@'{host}'")
+        self.wait_replayed()
+
+    def adapter_keys(self, server, database):
+        return {'host': '127.0.0.1', 'port': server.port, 'user': self.user,
+                'passwd': self.password, 'db': database}
+
+    def wait_replayed(self, timeout=30):
+        """Wait until the replica has applied everything the primary
+        wrote so far."""
+        position = self.primary.query('SELECT @@gtid_binlog_pos')[0][0]
+        done = self.replica.query('SELECT MASTER_GTID_WAIT(%s, %s)',
+                                  (position, timeout))[0][0]
+        if done != 0:
+            status = self.replica.query('SHOW SLAVE STATUS')
+            raise AssertionError(f'the replica did not apply {position} in '
+                                 f'{timeout}s: {status}')
+
+    def pause_replay(self):
+        self.replica.query('STOP SLAVE SQL_THREAD')
+
+    def resume_replay(self):
+        self.replica.query('START SLAVE SQL_THREAD')
+
+    def promote(self):
+        """Make the replica a primary, as an administrator's fail-over
+        does: replication stopped, writes allowed."""
+        self.replica.query('STOP SLAVE')
+        self.replica.query('SET GLOBAL read_only = 0')
+
+    def close(self):
+        for server in (getattr(self, 'replica', None), self.primary):
+            if server is not None:
+                server.close()
