@@ -18,9 +18,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RUN_TIMEOUT = 60
 
 #: Events that only say how far a child got (``hold``: ``voting`` before
-#: tpc_vote, ``finishing`` before tpc_finish): ``expect`` passes over them
-#: when it waits for another.
-PROGRESS = frozenset({'voting', 'finishing'})
+#: tpc_vote, ``finishing`` before tpc_finish, ``committing`` before the
+#: COMMIT): ``expect`` passes over them when it waits for another.
+PROGRESS = frozenset({'voting', 'finishing', 'committing'})
 
 
 class Worker:

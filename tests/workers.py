@@ -28,9 +28,12 @@ Commands:
     the others got going), it polls until one does.  Ends with a
     ``result`` event.
 
-``hold CONFIG [wait] OID_HEX...``
+``hold CONFIG [wait] [pause-commit] OID_HEX...``
     With ``wait``, first says ``ready`` (the database open, the serials
-    read, the new oid allocated) and waits for ``go``.  Then stores a new state (``MinPO(('held', oid))``) for each given oid plus
+    read, the new oid allocated) and waits for ``go``.  With
+    ``pause-commit``, the finish says ``committing`` and stops just
+    before its COMMIT statement, where the database has one (SQLite),
+    to be killed there.  Then stores a new state (``MinPO(('held', oid))``) for each given oid plus
     one new object, through the storage API directly, says ``voting``,
     votes, says ``voted``
     and then keeps the transaction open, holding whatever locks vote took,
@@ -474,10 +477,23 @@ def run_hold(config_path, *oid_hexes):
     from ZODB.utils import u64
     from ZODB.utils import z64
 
-    handshake = oid_hexes[:1] == ('wait',)
-    if handshake:
+    flags = set()
+    while oid_hexes and oid_hexes[0] in ('wait', 'pause-commit'):
+        flags.add(oid_hexes[0])
         oid_hexes = oid_hexes[1:]
+    handshake = 'wait' in flags
     storage = open_storage(config_path)
+    if 'pause-commit' in flags:
+        # Where the last step ends in a COMMIT statement of its own (not
+        # one round trip with the rows), stop just before it.
+        connmanager = storage._adapter.connmanager
+        commit = connmanager.commit
+
+        def paused(conn, cursor):
+            emit('committing')
+            time.sleep(MAX_LIFETIME)
+            commit(conn, cursor)
+        connmanager.commit = paused
     try:
         oids = [p64(int(h, 16)) for h in oid_hexes]
         # Read the serials before the commit starts, as a Connection would.
