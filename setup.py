@@ -29,6 +29,7 @@ setup(
         'relstorage.adapters.sqlite': ['*.sql'],
         'relstorage.adapters.postgresql': ['*.sql'],
         'relstorage.adapters.mysql': ['*.sql'],
+        'relstorage.adapters.oracle': ['*.sql'],
     },
     python_requires='>=3.9',
     install_requires=[
@@ -49,7 +50,10 @@ setup(
                  'sphinx', 'prometheus_client', 'hypothesis >= 6',
                  'gevent', 'psycogreen',
                  'psycopg2-binary >= 2.9', 'psycopg[binary] >= 3.1',
-                 'mysqlclient >= 2.1', 'PyMySQL >= 1.0'],
+                 'mysqlclient >= 2.1', 'PyMySQL >= 1.0',
+                 # The Oracle adapter's tests without a server: the
+                 # driver's exception classes, an Oracle SQL parser.
+                 'oracledb >= 1.4', 'sqlglot'],
         # benchmarks/run.py: both server drivers, and ZEO to compare with.
         'bench': ['psycopg2-binary >= 2.9', 'mysqlclient >= 2.1', 'ZEO'],
         'docs': ['sphinx'],

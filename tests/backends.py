@@ -19,6 +19,11 @@ PG_DSN = os.environ.get('RELSTORAGE_TEST_PG_DSN',
                         'host=127.0.0.1 port=5432 user=root')
 MYSQL_HOST = os.environ.get('RELSTORAGE_TEST_MYSQL_HOST', '127.0.0.1')
 MYSQL_USER = os.environ.get('RELSTORAGE_TEST_MYSQL_USER', 'root')
+#: An Oracle server, where there is one (none where relstorage is
+#: developed): its connect string and an account that may CREATE USER.
+ORACLE_DSN = os.environ.get('RELSTORAGE_ORACLE_DSN')
+ORACLE_USER = os.environ.get('RELSTORAGE_ORACLE_USER', 'system')
+ORACLE_PASSWORD = os.environ.get('RELSTORAGE_ORACLE_PASSWORD', '')
 
 
 class SQLiteBackend:
@@ -192,6 +197,79 @@ class MySQLBackend:
         self._admin.close()
 
 
+class OracleBackend:
+    """An Oracle server named by RELSTORAGE_ORACLE_DSN: each "database" is
+    an account (a schema) created for one test and dropped afterwards.
+    Without the variable every test of this backend is skipped, under CI
+    too: no Oracle server can run where relstorage is developed."""
+
+    marker = 'oracle'
+    name = 'oracle'
+
+    def __init__(self):
+        if not ORACLE_DSN:
+            pytest.skip('no Oracle server here: set RELSTORAGE_ORACLE_DSN '
+                        '(with RELSTORAGE_ORACLE_USER and '
+                        'RELSTORAGE_ORACLE_PASSWORD, an account that may '
+                        'CREATE USER) to run this test on one')
+        self._accounts = {}
+        try:
+            import oracledb
+            self._admin = oracledb.connect(
+                user=ORACLE_USER, password=ORACLE_PASSWORD, dsn=ORACLE_DSN)
+        except Exception as e:
+            _unavailable(f'Oracle at {ORACLE_USER}@{ORACLE_DSN}', e)
+
+    def new_database(self):
+        name = 'RS_TEST_' + uuid.uuid4().hex[:12].upper()
+        password = 'Pw' + uuid.uuid4().hex
+        with self._admin.cursor() as cursor:
+            cursor.execute(f'CREATE USER {name} IDENTIFIED BY "{password}"')
+            cursor.execute(f'GRANT CREATE SESSION, CREATE TABLE, '
+                           f'CREATE SEQUENCE, UNLIMITED TABLESPACE TO {name}')
+        self._accounts[name] = password
+        return name
+
+    def adapter(self, database, **adapter_options):
+        from relstorage.adapters.oracle import OracleAdapter
+        return OracleAdapter(user=database,
+                             password=self._accounts[database],
+                             dsn=ORACLE_DSN, **adapter_options)
+
+    def capabilities(self):
+        from relstorage.adapters.oracle import OracleAdapter
+        return OracleAdapter.capabilities
+
+    def open(self, database, **options):
+        return RelStorage(self.adapter(database), **options)
+
+    def zconfig(self, database, keep_history=True, **extra):
+        return _zconfig('oracle', {'user': database,
+                                   'password': self._accounts[database],
+                                   'dsn': ORACLE_DSN}, keep_history, extra)
+
+    def kill_sessions(self, database):
+        """End every session of the account ``database``."""
+        with self._admin.cursor() as cursor:
+            cursor.execute('SELECT sid, serial# FROM v$session '
+                           'WHERE username = :name', (database,))
+            sessions = cursor.fetchall()
+            for sid, serial in sessions:
+                try:
+                    cursor.execute(f"ALTER SYSTEM KILL SESSION "
+                                   f"'{int(sid)},{int(serial)}' IMMEDIATE")
+                except Exception:   # it ended by itself meanwhile
+                    pass
+        return len(sessions)
+
+    def cleanup(self):
+        with self._admin.cursor() as cursor:
+            for name in self._accounts:
+                cursor.execute(f'DROP USER {name} CASCADE')
+        self._accounts = {}
+        self._admin.close()
+
+
 def _zconfig(section, adapter_keys, keep_history, extra):
     """``%import relstorage`` and a <relstorage> section with ``extra``
     options around an adapter section."""
@@ -219,6 +297,7 @@ BACKENDS = {
     'postgresql-psycopg': lambda: PostgreSQLBackend('psycopg'),
     'mysql': MySQLBackend,
     'mysql-pymysql': lambda: MySQLBackend('PyMySQL'),
+    'oracle': OracleBackend,
 }
 
 

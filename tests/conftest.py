@@ -6,7 +6,7 @@ from backends import BACKENDS
 
 MARKERS = {'sqlite': 'sqlite', 'postgresql': 'postgresql',
            'postgresql-psycopg': 'postgresql', 'mysql': 'mysql',
-           'mysql-pymysql': 'mysql'}
+           'mysql-pymysql': 'mysql', 'oracle': 'oracle'}
 
 
 def pytest_configure(config):

@@ -56,6 +56,17 @@ REVIEWED = {
         'one of two lock clauses of the code',
     ('adapters/postgresql/drivers.py', 's.prepare_sql for s in statements'):
         'PREPARE statements of the code',
+    ('adapters/oracle/locks.py', 'wait=self._wait()'):
+        'an int computed from commit-lock-timeout (WAIT takes no bind)',
+    ('adapters/oracle/transactions.py',
+     'wait=self.connmanager.wait_seconds'):
+        'an int computed from commit-lock-timeout (WAIT takes no bind)',
+    ('adapters/oracle/oids.py', 'self.ALTER_INCREMENT.format(step='):
+        'an int written with {:d} (DDL takes no bind)',
+    ('adapters/oracle/pack.py', 'table'):
+        'table names of the code',
+    ('adapters/oracle/schema.py', 'table'):
+        'table names from the schema files of the code',
 }
 #: Statement constants whose ``{in_list}`` is an IN list that in_list()
 #: writes from ints only (tests/test_storage.py,

@@ -59,3 +59,16 @@ class MySQLAdapterFactory:
         from relstorage.adapters.mysql.adapter import CONNECT_KEYS
         keys = {k: getattr(self.config, k) for k in CONNECT_KEYS}
         return MySQLAdapter(driver=self.config.driver, **keys)
+
+
+class OracleAdapterFactory:
+    """The datatype of the ``<oracle>`` section."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def create(self):
+        from relstorage.adapters.oracle import OracleAdapter
+        config = self.config
+        return OracleAdapter(user=config.user, password=config.password,
+                             dsn=config.dsn, driver=config.driver)

@@ -202,6 +202,9 @@ postgresql_driver = functools.partial(
     _choice, ('auto', 'psycopg2', 'psycopg'), 'driver')
 mysql_driver = functools.partial(
     _choice, ('auto', 'mysqlclient', 'PyMySQL'), 'driver')
+oracle_driver = functools.partial(
+    _choice, ('auto', 'oracledb', 'cx_Oracle'), 'driver')
+password = functools.partial(_text, 'password')
 host = functools.partial(_text, 'host')
 user = functools.partial(_text, 'user')
 passwd = functools.partial(_text, 'passwd')

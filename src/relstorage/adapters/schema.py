@@ -90,7 +90,7 @@ class Schema:
                     # process may have died half-way: the statements are
                     # idempotent there, so running them all completes it.
                     for stmt in self.creation_statements():
-                        cursor.execute(stmt)
+                        self._run(cursor, stmt)
                 elif version != SCHEMA_VERSION:
                     self._refuse(version)
                 self._check(cursor)
@@ -139,7 +139,7 @@ class Schema:
                 applied = migrations.steps(version, SCHEMA_VERSION)
                 for step in applied:
                     for statement in self.step_statements(step):
-                        cursor.execute(statement)
+                        self._run(cursor, statement)
                 return version, applied
         finally:
             cm.close(conn, cursor)
@@ -156,6 +156,10 @@ class Schema:
         """The statements of one migration step for this database and
         history mode."""
         return sql_statements(step.path(self.DATABASE, self.keep_history))
+
+    def _run(self, cursor, statement):
+        """Run one statement of a schema file or migration step."""
+        cursor.execute(statement)
 
     def _refuse(self, version):
         where = self.describe()
