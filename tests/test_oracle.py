@@ -410,10 +410,33 @@ def test_rollback_and_commit_use_the_connection():
     conn = FakeConnection()
     a.connmanager.rollback(conn, None)
     a.connmanager.commit(conn, None)
-    assert conn.calls == ['rollback', 'commit']
+    # Even where the driver says no transaction is open: a READ ONLY one
+    # must end before the next SET TRANSACTION.
     conn.transaction_in_progress = False
     a.connmanager.rollback(conn, None)
-    assert conn.calls == ['rollback', 'commit']
+    assert conn.calls == ['rollback', 'commit', 'rollback']
+
+
+def test_blob_columns_are_fetched_as_bytes():
+    driver = drivers.OracledbDriver()
+    made = []
+
+    class Cursor:
+        arraysize = 50
+
+        def var(self, kind, arraysize):
+            made.append((kind, arraysize))
+            return 'a var'
+
+    class Metadata:
+        def __init__(self, type_code):
+            self.type_code = type_code
+
+    assert driver.blobs_as_bytes(Cursor(), Metadata(oracledb.DB_TYPE_BLOB)
+                                 ) == 'a var'
+    assert made == [(oracledb.DB_TYPE_LONG_RAW, 50)]
+    assert driver.blobs_as_bytes(
+        Cursor(), Metadata(oracledb.DB_TYPE_NUMBER)) is None
 
 
 CONFIG = """

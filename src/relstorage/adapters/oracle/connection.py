@@ -138,13 +138,13 @@ class OracleConnectionManager(ConnectionManager):
         pass
 
     def _in_transaction(self, conn):
-        # python-oracledb says; cx_Oracle does not (then: roll back).
-        return getattr(conn, 'transaction_in_progress', True)
+        return True
 
     def rollback(self, conn, cursor):
+        # Always: a READ ONLY snapshot must be ended before the next SET
+        # TRANSACTION, whatever the driver believes is in progress.
         try:
-            if self._in_transaction(conn):
-                conn.rollback()
+            conn.rollback()
         except self.driver.Error:
             pass
 

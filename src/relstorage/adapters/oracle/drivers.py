@@ -30,15 +30,14 @@ class _Driver:
         rollback()) that fetches BLOB columns as bytes."""
         conn = self.module.connect(user=user, password=password, dsn=dsn)
         conn.autocommit = False
-        conn.outputtypehandler = self._blobs_as_bytes
+        # A state, a chunk of a blob or transaction metadata is read whole:
+        # as bytes in the fetch's round trip rather than a LOB locator
+        # read by one more round trip per value.
+        conn.outputtypehandler = self.blobs_as_bytes
         return conn
 
-    def _blobs_as_bytes(self, cursor, name, default_type, size, precision,
-                        scale):
-        # A state, a chunk of a blob or transaction metadata is read
-        # whole: as bytes in the fetch's round trip rather than a LOB
-        # locator read by one more round trip per value.
-        if default_type is self.BLOB:
+    def _bytes_var(self, cursor, type_code):
+        if type_code is self.BLOB:
             return cursor.var(self.LONG_BINARY, arraysize=cursor.arraysize)
         return None
 
@@ -55,6 +54,10 @@ class OracledbDriver(_Driver):
         self.RAW = oracledb.DB_TYPE_RAW
         self.NUMBER = oracledb.DB_TYPE_NUMBER
 
+    def blobs_as_bytes(self, cursor, metadata):
+        """The output type handler (python-oracledb's signature)."""
+        return self._bytes_var(cursor, metadata.type_code)
+
 
 class CxOracleDriver(_Driver):
     name = 'cx_Oracle'
@@ -68,6 +71,11 @@ class CxOracleDriver(_Driver):
         self.LONG_BINARY = cx_Oracle.DB_TYPE_LONG_RAW
         self.RAW = cx_Oracle.DB_TYPE_RAW
         self.NUMBER = cx_Oracle.DB_TYPE_NUMBER
+
+    def blobs_as_bytes(self, cursor, name, default_type, size, precision,
+                       scale):
+        """The output type handler (cx_Oracle's signature)."""
+        return self._bytes_var(cursor, default_type)
 
 
 _CODE = re.compile(r'\b(ORA|DPY|DPI|TNS)-(\d+)')
