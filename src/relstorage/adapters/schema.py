@@ -52,6 +52,9 @@ class Schema:
     DDL_DIR = None
     #: The adapter's name in migration file names (``postgresql``...).
     DATABASE = None
+    #: The newest transaction a pack marked (history-preserving;
+    #: relstorage-stats).
+    LAST_PACKED = 'SELECT MAX(tid) FROM transaction_log WHERE packed'
 
     def __init__(self, connmanager, keep_history):
         self.connmanager = connmanager

@@ -86,7 +86,7 @@ def collect(schema):
         last = value(cursor, 'SELECT MAX(tid) FROM object_state')
         figures['oldest_revision'] = _when(oldest)
         figures['last_transaction'] = _when(last)
-        figures['last_pack'] = _last_pack(cursor, keep_history)
+        figures['last_pack'] = _last_pack(cursor, keep_history, schema)
         figures['blobs_in_database'] = value(
             cursor, 'SELECT COUNT(*) FROM object_blob')
         figures['blob_bytes_in_database'] = int(value(
@@ -96,7 +96,7 @@ def collect(schema):
     return figures
 
 
-def _last_pack(cursor, keep_history):
+def _last_pack(cursor, keep_history, schema):
     """The pack time of the last pack that ran to its end (its pack_run
     row), else, history-preserving, the newest transaction a pack marked."""
     cursor.execute('SELECT pack_tid FROM pack_run WHERE phase = %d'
@@ -105,7 +105,7 @@ def _last_pack(cursor, keep_history):
     if row is not None:
         return _when(row[0])
     if keep_history:
-        cursor.execute('SELECT MAX(tid) FROM transaction_log WHERE packed')
+        cursor.execute(schema.LAST_PACKED)
         row = cursor.fetchone()
         if row is not None and row[0]:
             return _when(row[0])

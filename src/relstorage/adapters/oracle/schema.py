@@ -51,6 +51,7 @@ class OracleSchema(Schema):
     DATABASE = 'oracle'
     #: The bytes the schema's segments take (relstorage-stats).
     SIZE = 'SELECT COALESCE(SUM(bytes), 0) FROM user_segments'
+    LAST_PACKED = 'SELECT MAX(tid) FROM transaction_log WHERE packed = 1'
 
     def _list_tables(self, cursor):
         cursor.execute('SELECT LOWER(table_name) FROM user_tables')
