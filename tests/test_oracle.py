@@ -165,6 +165,11 @@ def test_the_finish_block_is_whole():
 
 # -- the roles against a recording cursor --------------------------------
 
+#: The types relstorage sets for binary binds.
+BINARY = (oracledb.DB_TYPE_LONG_RAW, oracledb.DB_TYPE_RAW,
+          oracledb.DB_TYPE_BLOB)
+
+
 class Recorder:
     """A DB-API cursor that records what it is sent and answers with
     ``rows`` (a list, or a callable of the statement)."""
@@ -186,14 +191,33 @@ class Recorder:
             assert len(params) == len(names), (
                 f'{len(params)} parameters for binds {names}: {statement}')
 
+    def _check_sizes(self, params):
+        """A type set for a position (setinputsizes) is a binary one, and
+        the value there is bytes (or NULL)."""
+        if self.sizes is None:
+            return
+        positional, named = self.sizes
+        for index, kind in enumerate(positional):
+            if kind is not None:
+                assert kind in BINARY, kind
+                assert params[index] is None or isinstance(
+                    params[index], bytes), (index, params)
+        for name, kind in named.items():
+            assert kind in BINARY, kind
+            assert params[name] is None or isinstance(params[name], bytes)
+
     def execute(self, statement, params=None):
         self._check(statement, params)
+        self._check_sizes(params)
+        self.sizes = None
         self.sent.append((statement, params))
 
     def executemany(self, statement, rows):
         rows = list(rows)
         for row in rows:
             self._check(statement, row)
+            self._check_sizes(row)
+        self.sizes = None
         self.sent.append((statement, rows))
 
     def setinputsizes(self, *args, **kwargs):

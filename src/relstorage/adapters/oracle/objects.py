@@ -23,14 +23,16 @@ class _OracleMover(ObjectMover):
 
     IN_BATCH = 500
     CLEAR_TEMP = 'DELETE FROM temp_store'
+    # The LONG RAW bind last: a bind after one may not be expanded
+    # (ORA-24816).
     UPLOAD_TEMP = """
         INSERT INTO temp_store
-            (zoid, prev_tid, state, state_size, data_txn, ord)
-        VALUES (:zoid, :prev_tid, :state, :state_size, :data_txn, :ord)"""
+            (zoid, prev_tid, state_size, data_txn, ord, state)
+        VALUES (:zoid, :prev_tid, :state_size, :data_txn, :ord, :state)"""
     UNSTAGE = 'DELETE FROM temp_store WHERE zoid = :zoid'
     REPLACE_TEMP = """
-        UPDATE temp_store SET prev_tid = :prev_tid, state = :state,
-            state_size = :state_size, data_txn = 0
+        UPDATE temp_store SET prev_tid = :prev_tid, state_size = :state_size,
+            data_txn = 0, state = :state
         WHERE zoid = :zoid"""
     LOAD_TEMP = """
         SELECT prev_tid, state, data_txn FROM temp_store WHERE zoid = :zoid"""
@@ -55,24 +57,24 @@ class _OracleMover(ObjectMover):
     def upload_temp(self, cursor, rows, replace=()):
         if replace:
             cursor.executemany(self.UNSTAGE, [(oid,) for oid in replace])
-        rows = [(oid, prev_tid, state, 0 if state is None else len(state),
-                 data_txn, ord_)
+        rows = [(oid, prev_tid, 0 if state is None else len(state),
+                 data_txn, ord_, state)
                 for oid, prev_tid, state, data_txn, ord_ in rows]
         if rows:
-            self._state_type(cursor, 2)
+            self._state_type(cursor, 5)
             cursor.executemany(self.UPLOAD_TEMP, rows)
 
     def replace_temp(self, cursor, oid, prev_tid, state):
-        self._state_type(cursor, 1)
-        cursor.execute(self.REPLACE_TEMP, (prev_tid, state, len(state), oid))
+        self._state_type(cursor, 2)
+        cursor.execute(self.REPLACE_TEMP, (prev_tid, len(state), state, oid))
 
     def store_superseded(self, cursor, tid, rows):
         if self.STORE_SUPERSEDED is None:
             return
-        self._state_type(cursor, 2)
+        self._state_type(cursor, 5)
         cursor.executemany(self.STORE_SUPERSEDED, [
-            (oid, tid, state, 0 if state is None else len(state), data_txn,
-             ord_)
+            (oid, tid, 0 if state is None else len(state), data_txn, ord_,
+             state)
             for oid, state, data_txn, ord_ in rows])
 
 
@@ -127,8 +129,8 @@ class HistoryPreservingMover(_OracleMover):
     )
     STORE_SUPERSEDED = """
         INSERT INTO superseded_state
-            (zoid, tid, state, state_size, data_txn, ord)
-        VALUES (:zoid, :tid, :state, :state_size, :data_txn, :ord)"""
+            (zoid, tid, state_size, data_txn, ord, state)
+        VALUES (:zoid, :tid, :state_size, :data_txn, :ord, :state)"""
     OBJECT_COUNT = """
         SELECT COUNT(*)
         FROM current_object c

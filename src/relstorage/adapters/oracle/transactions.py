@@ -68,8 +68,8 @@ class _OracleTransactionControl(TransactionControl):
         self.finish_and_commit = self._finish_and_commit
 
     def _metadata(self, cursor, values):
-        """Bind transaction metadata as RAW where it fits a PL/SQL RAW
-        (32767 bytes), else as a BLOB."""
+        """Types for transaction metadata bound in the PL/SQL block: RAW
+        where it fits a PL/SQL RAW (32767 bytes), else a BLOB."""
         driver = self.connmanager.driver
         return [driver.RAW if len(v or b'') <= 32767 else driver.BLOB
                 for v in values]
@@ -78,8 +78,8 @@ class _OracleTransactionControl(TransactionControl):
                            status, rows=None):
         """The whole last step and the COMMIT; returns the tid."""
         assert rows is None, 'Oracle stages every commit (no inline_limit)'
-        driver = self.connmanager.driver
-        new_tid = cursor.var(driver.NUMBER)
+        # An int variable: a tid has 19 digits, more than a float keeps.
+        new_tid = cursor.var(int)
         params = {'new_tid': new_tid}
         if self.INSERT_TRANSACTION is not None:
             params.update(packed=int(status == 'p'), username=user,
@@ -95,9 +95,10 @@ class _OracleTransactionControl(TransactionControl):
                            status):
         cursor.execute(self.UPDATE_LAST_TID, (tid,))
         if self.INSERT_TRANSACTION is not None:
-            # Oracle SQL has no BOOLEAN before 23ai: packed is 0 or 1.
-            raw = self._metadata(cursor, (user, description, extension))
-            cursor.setinputsizes(None, None, *raw)
+            # Oracle SQL has no BOOLEAN before 23ai: packed is 0 or 1.  The
+            # metadata as LONG RAW: in SQL a RAW bind stops at 2000 bytes.
+            binary = self.connmanager.driver.LONG_BINARY
+            cursor.setinputsizes(None, None, binary, binary, binary)
             cursor.execute(self.INSERT_TRANSACTION, (
                 tid, int(status == 'p'), user, description, extension))
 
