@@ -483,3 +483,84 @@ def test_recent_states_decode_only_what_is_asked_for():
     assert recent.get(5, 6) is None
     assert decoded == [b'abc']
     assert recent.get(1 << 20, 2) is None     # the key mixes oid and tid
+
+
+# -- read-ahead that learns whether it pays ----------------------------
+
+def test_usefulness_levels_and_decay():
+    from relstorage import readahead
+    useful = readahead.Usefulness()
+    kind = b'cBTrees.OOBTree\nOOBucket'
+    assert useful.needed(kind) == 2              # no evidence yet
+    useful.loaded(kind, 100)
+    for _ in range(60):
+        useful.used(kind)
+    assert useful.needed(kind) == 2
+    useful = readahead.Usefulness()
+    useful.loaded(kind, 100)
+    for _ in range(30):
+        useful.used(kind)
+    assert useful.needed(kind) == 4
+    useful = readahead.Usefulness()
+    useful.loaded(kind, 100)
+    for _ in range(3):
+        useful.used(kind)
+    assert useful.needed(kind) == 8
+    assert useful.needed(b'another kind') == 2   # kinds learn apart
+    # Past the horizon the counts halve: recent reads weigh most.
+    useful.loaded(kind, readahead.HORIZON)
+    loaded, used = useful.shares()[kind]
+    assert loaded <= readahead.HORIZON and used == 1
+
+
+def test_kind_of_a_zodb_record():
+    from ZODB.tests.StorageTestBase import zodb_pickle
+    from relstorage.readahead import kind_of
+    state = zodb_pickle(PersistentMapping(a=1))
+    assert b'PersistentMapping' in kind_of(state)
+    assert kind_of(b'not a pickle') == b''
+
+
+def test_read_ahead_stops_where_it_does_not_pay_and_comes_back(
+        open_storage, monkeypatch):
+    """Transactions that read two scattered children of a 30-child folder
+    make read-ahead load 28 rows nobody asks for, each time: after
+    EVIDENCE rows of that, two misses no longer read ahead (eight are
+    needed).  Transactions that read every child bring it back."""
+    from relstorage import readahead
+    storage = open_storage(cache_local_mb=0)
+    if not storage._adapter.capabilities.network_round_trips:
+        pytest.skip('no read-ahead on an embedded database')
+    db = ZODB.DB(storage)
+    folder, children = _family(db, 30)
+    reader = storage.new_instance()
+    calls = _count_calls(monkeypatch, storage._adapter.mover)
+
+    def transaction_reading(indexes):
+        before = dict(calls)
+        reader.poll_invalidations()
+        reader.load(folder)
+        for i in indexes:
+            assert _value(reader, children[i])[0] == i
+        reader.afterCompletion()
+        return calls['load_currents'] - before['load_currents']
+
+    scattered = [transaction_reading([3, 17]) for _ in range(6)]
+    # The first ones read ahead (28 rows each, unused); then they stop.
+    assert scattered[0] == 1
+    assert scattered[-1] == 0
+    counters = reader._counters
+    assert counters.read_ahead_rows >= readahead.EVIDENCE
+    assert counters.read_ahead_unused == counters.read_ahead_rows
+    # Reading every child: the eighth miss reads the rest ahead, all of it
+    # used; soon the second miss does again.
+    whole = [transaction_reading(range(30)) for _ in range(12)]
+    assert whole[0] == 1
+    assert calls['load_current'] > 0
+    before = calls['load_current']
+    transaction_reading(range(30))
+    # The folder and the first child alone; the second miss brings the
+    # rest.
+    assert calls['load_current'] - before == 2
+    reader.release()
+    db.close()

@@ -32,6 +32,9 @@ COUNTERS = {
     'conflicts_resolved': 'conflicts resolved at vote',
     'objects_written': 'object states stored by commits',
     'bytes_written': 'bytes of object states stored',
+    'read_ahead_rows': 'rows loaded ahead of being asked for (read-ahead)',
+    'read_ahead_unused': 'rows read ahead that their transaction never '
+                         'asked for',
 }
 
 

@@ -14,7 +14,20 @@ items must still be read ahead.  Parsing the references of every hit
 would tax warm reads, which never miss, so hits that may refer to others
 are only queued (the last ``DEFERRED`` of them) and parsed at the next
 miss.
+
+An application that reads a few scattered objects (a request looking up
+keys in a BTree) misses twice in many a bucket without wanting the rest of
+it: reading ahead there loads rows nobody asks for.  So the misses a
+family needs before it is read ahead depend on how much of what was read
+ahead for its kind of container (the class of the object whose
+references make the family) was asked for in the same transaction
+(``Usefulness``): two while at least half of it was, then four, then
+eight.  A process learns per class: the items of BTree buckets read in
+key order keep two; looked up at random they soon need eight, which a
+bucket rarely sees, while the buckets under a BTree node, most of which a
+random sample reaches, keep being read ahead.
 """
+import pickletools
 from collections import deque
 
 from ZODB.serialize import referencesf
@@ -27,14 +40,81 @@ MEMORY = 100000
 #: How many cache hits with references wait for the next miss.  A miss is
 #: usually a child of a container loaded a few loads before.
 DEFERRED = 16
+#: (share of read-ahead rows asked for, misses a family needs): the first
+#: level whose share is reached applies.
+LEVELS = ((0.5, 2), (0.25, 4), (0.0, 8))
+#: Rows read ahead for a kind of container before its share counts.
+EVIDENCE = 64
+#: Past this many rows read ahead for a kind, its counts are halved: what
+#: the application did lately weighs most.
+HORIZON = 4096
+
+
+def kind_of(state):
+    """The kind of container ``state`` is: the bytes of its first pickle,
+    which names its class (b'' if that cannot be read)."""
+    if state[:3] in (b'\x80\x03c', b'\x80\x02c'):
+        # The usual record: GLOBAL "module\nname\n" (no parse needed).
+        first = state.find(b'\n', 3)
+        end = state.find(b'\n', first + 1) if first > 0 else -1
+        if 0 < end < 200:
+            return state[:end]
+    try:
+        for opcode, _, position in pickletools.genops(state):
+            if opcode.name == 'STOP':
+                return state[:position] if position < 200 else b''
+    except Exception:
+        pass
+    return b''
+
+
+class Usefulness:
+    """Per kind of container: the rows read ahead, and those of them that
+    were asked for in the transaction that read them.  Shared by the
+    instances of one root storage (a process learns how its application
+    reads) and updated without a lock: a lost increment only nudges a
+    share."""
+
+    def __init__(self):
+        self._kinds = {}        # kind -> [rows read ahead, rows asked for]
+
+    def needed(self, kind):
+        """The misses a family of ``kind`` needs before it is read ahead."""
+        counts = self._kinds.get(kind)
+        if counts is None or counts[0] < EVIDENCE:
+            return LEVELS[0][1]
+        share = counts[1] / counts[0]
+        for floor, misses in LEVELS:
+            if share >= floor:
+                return misses
+        return LEVELS[-1][1]
+
+    def loaded(self, kind, rows):
+        counts = self._kinds.get(kind)
+        if counts is None:
+            counts = self._kinds[kind] = [0, 0]
+        counts[0] += rows
+        if counts[0] > HORIZON:
+            counts[0] //= 2
+            counts[1] //= 2
+
+    def used(self, kind):
+        counts = self._kinds.get(kind)
+        if counts is not None:
+            counts[1] += 1
+
+    def shares(self):
+        """``{kind: (rows read ahead, rows asked for)}`` (decayed)."""
+        return {kind: tuple(counts) for kind, counts in self._kinds.items()}
 
 
 class Families:
     """The families of one storage instance's current transaction."""
 
-    def __init__(self):
-        self._families = {}     # child oid -> [siblings, misses]
+    def __init__(self, usefulness=None):
+        self._families = {}     # child oid -> [siblings, misses, kind]
         self._deferred = deque(maxlen=DEFERRED)
+        self.usefulness = usefulness or Usefulness()
 
     def __bool__(self):
         return bool(self._families) or bool(self._deferred)
@@ -66,13 +146,14 @@ class Families:
         families = self._families
         if len(families) + len(refs) > MEMORY:
             families.clear()
-        family = [refs, 0]
+        family = [refs, 0, kind_of(state)]
         for ref in refs:
             families[ref] = family
 
     def siblings(self, oid):
-        """The whole family of ``oid`` (forgotten from now on) if this is
-        the second miss in it; None otherwise."""
+        """``(the whole family of oid, its kind)`` (the family forgotten
+        from now on) if this miss is the one its kind needs (two, while
+        reading ahead pays: ``Usefulness``); None otherwise."""
         deferred = self._deferred
         while deferred:
             self.note(deferred.popleft())
@@ -80,9 +161,9 @@ class Families:
         if family is None:
             return None
         family[1] += 1
-        if family[1] < 2:
+        if family[1] < self.usefulness.needed(family[2]):
             return None
         refs = family[0]
         for ref in refs:
             self._families.pop(ref, None)
-        return refs
+        return refs, family[2]

@@ -163,6 +163,9 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         self._stale = None
         self._prefetched = {}
         self._families = Families()    # for read-ahead
+        #: Rows read ahead not asked for yet in this transaction: oid ->
+        #: the kind of container they were read ahead for.
+        self._ahead = {}
         # Committing.
         self._store_conn = self._store_cursor = None
         self._txn = None
@@ -194,6 +197,8 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         other._crs_untransform_record_data = (
             self._crs_untransform_record_data)
         other._init_instance()
+        # What read-ahead learnt about the application is the process's.
+        other._families = Families(self._families.usefulness)
         zope.interface.directlyProvides(
             other, zope.interface.directlyProvidedBy(self))
         root = self if self._is_root else self._root
@@ -272,6 +277,10 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
             self._snapshot_tid = None
             self._prefetched.clear()
             self._families.clear()
+            if self._ahead:
+                # Read ahead, never asked for in their transaction.
+                self._counters.read_ahead_unused += len(self._ahead)
+                self._ahead.clear()
             self._rollback_due = True
         if now and self._rollback_due:
             self._rollback_due = False
@@ -448,6 +457,10 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
             cursor = self._load_cursor
             snapshot = self._snapshot_tid
             row = self._cache.get(oid_int, snapshot)
+            if self._ahead:
+                kind = self._ahead.pop(oid_int, None)
+                if kind is not None:
+                    self._families.usefulness.used(kind)
             if row is not None:
                 if self._prefetched:
                     # Read ahead or prefetched, and cached: not needed twice.
@@ -478,18 +491,24 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         """The row of ``oid_int`` if it is the second (or later) object of
         its family to miss the caches, loaded with the rest of its family
         in one round trip; None otherwise."""
-        refs = self._families.siblings(oid_int)
-        if refs is None:
+        family = self._families.siblings(oid_int)
+        if family is None:
             return None
+        refs, kind = family
         cache = self._cache
         wanted = [ref for ref in refs if ref not in self._prefetched
                   and not cache.has(ref, snapshot)]
         if oid_int not in wanted:
             wanted.append(oid_int)
         rows = self._adapter.mover.load_currents(cursor, wanted)
+        ahead = self._ahead
         for ref, (state, tid) in rows.items():
             if ref != oid_int:
                 cache.store_loaded(ref, tid, state, snapshot)
+                ahead[ref] = kind
+        extra = len(rows) - (oid_int in rows)
+        self._families.usefulness.loaded(kind, extra)
+        self._counters.read_ahead_rows += extra
         self._prefetched.update(rows)
         return self._prefetched.pop(oid_int, None)
 
