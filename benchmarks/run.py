@@ -111,6 +111,40 @@ def probe(impl):
     return subprocess_json(cmd, 300)['info']
 
 
+def run_workers(side, tmp, commands, timeout=1800):
+    """Start one worker process per command (its words and arguments,
+    ``--out`` added) at once, wait for all; their JSON results, or
+    WorkloadFailed with the stderr of the first that failed (the others
+    are killed)."""
+    workers = []
+    for index, words in enumerate(commands):
+        out = Path(tmp, f'out-{index}.json')
+        err = open(Path(tmp, f'err-{index}.txt'), 'w')
+        cmd = side.command(*words, '--out', out)
+        workers.append((subprocess.Popen(
+            cmd, env=refenv.clean_env(), cwd=str(HERE),
+            stdout=subprocess.DEVNULL, stderr=err), out, err))
+    failed = None
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p, _, _ in workers):
+        for p, _, err in workers:
+            if p.poll() not in (None, 0) and failed is None:
+                failed = Path(err.name)
+        if failed or time.monotonic() > deadline:
+            for p, _, _ in workers:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.05)
+    for p, _, err in workers:
+        err.close()
+        if p.returncode != 0 and failed is None:
+            failed = Path(err.name)
+    if failed:
+        raise WorkloadFailed(tail(failed.read_text()) or
+                             'a worker was killed')
+    return [json.loads(out.read_text()) for _, out, _ in workers]
+
+
 def several_processes(side, zconfig, args):
     """``args.processes`` workers on one storage, each on its own objects;
     returns the aggregate of each phase (objects over the span from the
@@ -121,36 +155,10 @@ def several_processes(side, zconfig, args):
     with tempfile.TemporaryDirectory(prefix='bench-mp-') as tmp:
         barrier = Path(tmp, 'barrier')
         barrier.mkdir()
-        workers = []
-        for index in range(n):
-            out = Path(tmp, f'out-{index}.json')
-            err = open(Path(tmp, f'err-{index}.txt'), 'w')
-            cmd = side.command('mp-worker', '--zconfig', zconfig,
-                               '--objects', per_worker, '--processes', n,
-                               '--index', index, '--barrier', barrier,
-                               '--out', out)
-            workers.append((subprocess.Popen(
-                cmd, env=refenv.clean_env(), cwd=str(HERE),
-                stdout=subprocess.DEVNULL, stderr=err), out, err))
-        failed = None
-        deadline = time.monotonic() + 1800
-        while any(p.poll() is None for p, _, _ in workers):
-            for p, _, err in workers:
-                if p.poll() not in (None, 0) and failed is None:
-                    failed = Path(err.name)
-            if failed or time.monotonic() > deadline:
-                for p, _, _ in workers:
-                    if p.poll() is None:
-                        p.kill()
-            time.sleep(0.05)
-        for p, _, err in workers:
-            err.close()
-            if p.returncode != 0 and failed is None:
-                failed = Path(err.name)
-        if failed:
-            raise WorkloadFailed(tail(failed.read_text()) or
-                                 'a worker was killed')
-        results = [json.loads(out.read_text()) for _, out, _ in workers]
+        results = run_workers(side, tmp, [
+            ('mp-worker', '--zconfig', zconfig, '--objects', per_worker,
+             '--processes', n, '--index', index, '--barrier', barrier)
+            for index in range(n)])
     phases = {}
     for key in results[0]['phases']:
         parts = [r['phases'][key] for r in results]
@@ -161,6 +169,33 @@ def several_processes(side, zconfig, args):
                        'per_process_seconds': [p['end'] - p['start']
                                                for p in parts]}
     return {'phases': phases}
+
+
+def mixed_processes(side, zconfig, args):
+    """``args.processes`` workers of the request-like workload on one
+    storage (transactions of five random lookups and a small write),
+    checked afterwards; the aggregate rate of requests over the span."""
+    n = args.processes
+    with tempfile.TemporaryDirectory(prefix='bench-mixed-') as tmp:
+        barrier = Path(tmp, 'barrier')
+        barrier.mkdir()
+        bumps = [Path(tmp, f'bumps-{index}.json') for index in range(n)]
+        results = run_workers(side, tmp, [
+            ('mixed-worker', '--zconfig', zconfig, '--objects', args.objects,
+             '--processes', n, '--index', index, '--seed', 7000 + index,
+             '--requests', args.mixed_requests, '--barrier', barrier,
+             '--bumps', bumps[index])
+            for index in range(n)])
+        check = side.run('mixed-check', '--zconfig', zconfig,
+                         '--objects', args.objects, '--bumps', *bumps)
+    parts = [r['phases']['mixed'] for r in results]
+    span = max(p['end'] for p in parts) - min(p['start'] for p in parts)
+    requests = sum(p['objects'] for p in parts)
+    return {'seconds': span, 'requests': requests, 'processes': n,
+            'rate': requests / span,
+            'conflicts': sum(p['conflicts'] for p in parts),
+            'checked': check['checked'], 'bumped': check['bumped'],
+            'read_ahead': [p['read_ahead'] for p in parts]}
 
 
 # -- one backend and mode ----------------------------------------------------
@@ -180,6 +215,7 @@ class Measurement:
         for side in sides:
             self.cell[side.impl] = {'writes': [], 'reads': [],
                                     'prefetch': [], 'single': [],
+                                    'random': [], 'random_prefetch': [],
                                     'errors': {}}
         self.stores = {}
         self.oids = {side.impl: DATA / f'oids-{side.impl}.json'
@@ -240,6 +276,24 @@ class Measurement:
         entry['mp'] = several_processes(
             side, self.stores[side.impl].zconfig, self.args)
 
+    def random_read(self, prefetch):
+        """A fresh process reading a random 5 % by key; the seed is the
+        round's, the same for both sides of a round."""
+        key = 'random_prefetch' if prefetch else 'random'
+
+        def run(side, entry):
+            extra = ('--prefetch', '--oids', self.oids[side.impl]) if (
+                prefetch) else ()
+            entry[key].append(side.run(
+                'random-read', '--zconfig', self.stores[side.impl].zconfig,
+                '--objects', self.args.objects,
+                '--seed', 1000 + len(entry[key]), *extra))
+        return run
+
+    def mixed(self, side, entry):
+        entry['mixed'] = mixed_processes(
+            side, self.stores[side.impl].zconfig, self.args)
+
     def run(self):
         args = self.args
         DATA.mkdir(parents=True, exist_ok=True)
@@ -252,12 +306,22 @@ class Measurement:
             self.rounds('load-single', 'cold single loads',
                         args.extra_repeat,
                         self.by_oid('load-single', 'single'))
+            self.rounds('random-read', 'cold random read', args.repeat,
+                        self.random_read(False))
+            self.rounds('random-prefetch', 'cold random read, prefetched',
+                        args.extra_repeat, self.random_read(True))
             if args.processes > 1:
                 for side in self.sides:
                     if side.processes:
                         self.attempt(side, 'mp',
                                      f'{args.processes} processes',
                                      self.concurrent)
+                # Last: its writes change the objects the reads check.
+                for side in self.sides:
+                    if side.processes:
+                        self.attempt(side, 'mixed',
+                                     f'requests, {args.processes} processes',
+                                     self.mixed)
         finally:
             for store in self.stores.values():
                 store.close(keep=args.keep_data)
@@ -324,6 +388,23 @@ def summarize(entry):
                                          'p50', 1000, lowest=True)
     for key, phase in entry.get('mp', {}).get('phases', {}).items():
         out[key] = phase['rate']
+    if entry['random']:
+        out['random_read'] = best_of(entry['random'], 'random_read')
+        out['random_load'] = best_of(entry['random'], 'random_read',
+                                     'per_load', 1000, lowest=True)
+        counters = [r['phases']['random_read']['read_ahead']
+                    for r in entry['random']]
+        counters = [c for c in counters if c]
+        if counters:
+            rows = sum(c['rows'] for c in counters)
+            out['read_ahead_unused_share'] = (
+                sum(c['unused'] for c in counters) / rows if rows else 0.0)
+            out['read_ahead_rows_per_process'] = rows / len(counters)
+    if entry['random_prefetch']:
+        out['random_prefetch'] = best_of(entry['random_prefetch'],
+                                         'random_prefetch')
+    if 'mixed' in entry:
+        out['mixed'] = entry['mixed']['rate']
     return out
 
 
@@ -333,6 +414,8 @@ def summarize_floor(floor):
            for key in ('add_100', 'add_1000', 'update_1000', 'cold_read')}
     select = phases['cold_read']['select']
     out['load_single'] = 1 / select['mean']
+    # A random load is one SELECT by key, as the floor's.
+    out['random_load'] = select['mean'] * 1000
     out['load_single_p50'] = select['p50'] * 1000
     for p in ('p50', 'p90', 'p99'):
         out[f'commit_{p}'] = phases['commit_latency'][p] * 1000
@@ -471,6 +554,9 @@ def parse_args(argv):
     parser.add_argument('--conflict-commits', type=int,
                         help='commits per thread in the conflict phase '
                         '(default 50)')
+    parser.add_argument('--mixed-requests', type=int,
+                        help='requests (5 lookups and a write) per process '
+                        'of the mixed workload')
     parser.add_argument('--processes', type=int, default=4,
                         help='concurrent processes in the multi-process '
                         'phases (default 4; 1 skips them)')
@@ -493,7 +579,8 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     defaults = {'objects': (20000, 2000), 'repeat': (3, 1),
                 'extra_repeat': (2, 1), 'latency_commits': (300, 50),
-                'threads': (4, 2), 'conflict_commits': (50, 10)}
+                'threads': (4, 2), 'conflict_commits': (50, 10),
+                'mixed_requests': (500, 100)}
     for name, (full, small) in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, small if args.quick else full)
@@ -566,7 +653,7 @@ def main(argv=None):
     settings = {k: getattr(args, k) for k in (
         'backends', 'modes', 'others', 'objects', 'quick', 'repeat',
         'extra_repeat', 'hot_repeat', 'latency_commits', 'threads',
-        'conflict_commits', 'processes', 'mp_objects',
+        'conflict_commits', 'processes', 'mp_objects', 'mixed_requests',
         'sqlite_synchronous', 'cache_local_mb')}
     results, floors = {}, {}
     for backend, database in databases.items():

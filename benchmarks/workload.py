@@ -25,6 +25,14 @@ Commands (each writes one JSON document to ``--out``):
 ``load-single``
     In a fresh process, without ZODB.DB: ``storage.load`` of every oid of
     ``--oids`` through a new storage instance, each load timed.
+``random-read``
+    In a fresh process: a seeded random share (5 %) of the objects, each
+    looked up by its key; with ``--prefetch`` the sample's objects are
+    announced first with ``Connection.prefetch``.
+``mixed-worker`` / ``mixed-check``
+    The request-like workload: each of several workers runs transactions
+    of five random lookups and one small write; the check reads every
+    object back against the write run's version plus the bumps.
 ``mp-setup`` / ``mp-worker``
     The multi-process variant: setup creates one tree per worker; each
     worker adds, updates and (through a new storage) reads its own objects,
@@ -682,12 +690,156 @@ def cmd_mp_worker(args):
     return {'phases': phases}
 
 
+# -- random reads and requests ------------------------------------------
+
+def sample_keys(objects, share, seed):
+    """``[(tree, key)]``: a random ``share`` of the data set's objects,
+    the same for a given ``seed``."""
+    import random
+    sizes = split(objects)
+    every = [(name, key) for name, prefix, _ in TREES
+             for key in keys_for(prefix, sizes[name])]
+    return random.Random(seed).sample(every, max(1, int(len(every) * share)))
+
+
+def read_ahead_counters(storage):
+    """Our relstorage's read-ahead counters (None for the others)."""
+    metrics = getattr(storage, 'metrics', None)
+    if metrics is None:
+        return None
+    try:
+        figures = metrics()
+    except Exception:
+        return None
+    if 'read_ahead_rows' not in figures:
+        return None
+    return {'rows': figures['read_ahead_rows'],
+            'unused': figures['read_ahead_unused']}
+
+
+def cmd_random_read(args):
+    """In a fresh process: a random share of the objects, each looked up
+    by its key in its tree (every bucket on the way is loaded, most of its
+    other items never are); with ``--prefetch``, the sample's objects are
+    announced first with ``Connection.prefetch`` (timed too)."""
+    import transaction
+    db = open_db(args.zconfig, args.objects)
+    conn = db.open()
+    transaction.begin()
+    sample = sample_keys(args.objects, args.share, args.seed)
+    oids = None
+    if args.prefetch:
+        by_key = {key: oid for oid, key in read_oids(args.oids)}
+        oids = [by_key[key] for _, key in sample]
+    root = conn.root()
+    trees = {name: root[name] for name, _, _ in TREES}
+    before = conn.getTransferCounts()[0]
+    start = perf()
+    if oids is not None:
+        conn.prefetch(oids)
+    for name, key in sample:
+        check_item(key, trees[name][key], args.version)
+    seconds = perf() - start
+    loads = conn.getTransferCounts()[0] - before
+    # The trees themselves were loaded before the clock started (root);
+    # every other load is timed.
+    counters = read_ahead_counters(db.storage)
+    transaction.abort()
+    conn.close()
+    db.close()
+    phase = 'random_prefetch' if args.prefetch else 'random_read'
+    return {'phases': {phase: {
+        'seconds': seconds, 'objects': len(sample), 'loads': loads,
+        'rate': len(sample) / seconds,
+        'per_load': seconds / loads if loads else None,
+        'read_ahead': counters, 'seed': args.seed}}}
+
+
+#: Per request of the mixed workload: objects looked up, then one bumped.
+REQUEST_READS = 5
+
+
+def cmd_mixed_worker(args):
+    """One of ``--processes`` workers of the request-like workload: each
+    transaction looks up REQUEST_READS random objects by key and bumps one
+    more (conflicts retried); the bumps go to ``--bumps`` for mixed-check.
+    Times are ``time.monotonic()`` (see cmd_mp_worker)."""
+    import random
+
+    import transaction
+    from ZODB.POSException import ConflictError
+    clock = time.monotonic
+    rng = random.Random(args.seed)
+    sizes = split(args.objects)
+    every = [(name, key) for name, prefix, _ in TREES
+             for key in keys_for(prefix, sizes[name])]
+    db = open_db(args.zconfig, args.objects)
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    bumps = {}
+    conflicts = 0
+    barrier(args.barrier, 'mixed', args.index, args.processes)
+    start = clock()
+    for _ in range(args.requests):
+        reads = rng.sample(every, REQUEST_READS)
+        name, key = rng.choice(every)
+        while True:
+            try:
+                tm.begin()
+                root = conn.root()
+                for read_name, read_key in reads:
+                    item = root[read_name][read_key]
+                    check_item(read_key, item, item.version)
+                root[name][key].bump()
+                tm.commit()
+                break
+            except ConflictError:
+                tm.abort()
+                conflicts += 1
+        bumps[key] = bumps.get(key, 0) + 1
+    end = clock()
+    counters = read_ahead_counters(db.storage)
+    conn.close()
+    db.close()
+    with open(args.bumps, 'w') as f:
+        json.dump(bumps, f)
+    return {'phases': {'mixed': {
+        'start': start, 'end': end, 'objects': args.requests,
+        'conflicts': conflicts, 'read_ahead': counters}}}
+
+
+def cmd_mixed_check(args):
+    """Every object's version is the write run's plus the bumps the mixed
+    workers made of it (``--bumps``: their files)."""
+    import transaction
+    bumps = {}
+    for path in args.bumps:
+        with open(path) as f:
+            for key, count in json.load(f).items():
+                bumps[key] = bumps.get(key, 0) + count
+    db = open_db(args.zconfig, args.objects)
+    conn = db.open()
+    transaction.begin()
+    sizes = split(args.objects)
+    checked = 0
+    for name, prefix, _ in TREES:
+        tree = conn.root()[name]
+        for key in keys_for(prefix, sizes[name]):
+            check_item(key, tree[key], args.version + bumps.get(key, 0))
+            checked += 1
+    transaction.abort()
+    conn.close()
+    db.close()
+    return {'checked': checked, 'bumped': sum(bumps.values())}
+
+
 # -- main ----------------------------------------------------------------
 
 COMMANDS = {
     'write': cmd_write, 'read': cmd_read, 'prefetch': cmd_prefetch,
     'load-single': cmd_load_single, 'mp-setup': cmd_mp_setup,
-    'mp-worker': cmd_mp_worker,
+    'mp-worker': cmd_mp_worker, 'random-read': cmd_random_read,
+    'mixed-worker': cmd_mixed_worker, 'mixed-check': cmd_mixed_check,
 }
 
 
@@ -735,6 +887,22 @@ def parse_args(argv):
     p.add_argument('--per-txn', type=int, default=100)
     p.add_argument('--barrier', required=True,
                    help='a directory shared by the workers')
+    p = command('random-read')
+    p.add_argument('--version', type=int, default=1)
+    p.add_argument('--share', type=float, default=0.05)
+    p.add_argument('--seed', type=int, required=True)
+    p.add_argument('--prefetch', action='store_true')
+    p.add_argument('--oids', help='the oid file (with --prefetch)')
+    p = command('mixed-worker')
+    p.add_argument('--processes', type=int, required=True)
+    p.add_argument('--index', type=int, required=True)
+    p.add_argument('--seed', type=int, required=True)
+    p.add_argument('--requests', type=int, required=True)
+    p.add_argument('--barrier', required=True)
+    p.add_argument('--bumps', required=True)
+    p = command('mixed-check')
+    p.add_argument('--version', type=int, default=1)
+    p.add_argument('--bumps', nargs='+', required=True)
     return parser.parse_args(argv)
 
 

@@ -37,9 +37,14 @@ log = logging.getLogger(__name__)
 _QUESTION = re.compile(r'\?')
 
 
+_LIMIT = re.compile(r'\bLIMIT \?')
+
+
 def numbered(statement):
-    """``statement`` with each ``?`` replaced by ``:p1``, ``:p2``, ...
-    (the statements contain no string literal with a question mark)."""
+    """``statement`` in Oracle's words: ``LIMIT ?`` as ``FETCH FIRST ? ROWS
+    ONLY``, and each ``?`` replaced by ``:p1``, ``:p2``, ... (the
+    statements contain no string literal with a question mark)."""
+    statement = _LIMIT.sub('FETCH FIRST ? ROWS ONLY', statement)
     counter = iter(range(1, 1 << 16))
     return _QUESTION.sub(lambda m: f':p{next(counter)}', statement)
 
@@ -182,40 +187,6 @@ _DELETE_OLD = 'DELETE FROM {table} WHERE zoid = ? AND tid < ?'
 
 class HistoryPreservingPacker(HistoryPreservingMixin, _OraclePacker):
 
-    SCAN_PAGE = """
-        SELECT c.zoid, c.tid, o.state
-        FROM (SELECT zoid, tid FROM current_object
-              WHERE zoid > ? AND tid <= ?
-              ORDER BY zoid
-              FETCH FIRST ? ROWS ONLY) c
-        JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
-        ORDER BY c.zoid"""
-    TAIL_SAME = """
-        SELECT c.zoid, c.tid, o.state
-        FROM (SELECT zoid, tid FROM current_object
-              WHERE tid = ? AND zoid > ?
-              ORDER BY zoid
-              FETCH FIRST ? ROWS ONLY) c
-        JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
-        ORDER BY c.zoid"""
-    TAIL_NEXT = """
-        SELECT c.zoid, c.tid, o.state
-        FROM (SELECT zoid, tid FROM current_object
-              WHERE tid > ? AND tid <= ?
-              ORDER BY tid, zoid
-              FETCH FIRST ? ROWS ONLY) c
-        JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
-        ORDER BY c.tid, c.zoid"""
-    KEPT_UNANALYSED = """
-        SELECT p.zoid, p.keep_tid, o.state
-        FROM current_object c
-        JOIN pack_object p ON p.zoid = c.zoid
-        JOIN object_state o ON o.zoid = p.zoid AND o.tid = p.keep_tid
-        WHERE c.tid > ? AND p.zoid > ?
-          AND NOT EXISTS (SELECT 1 FROM object_ref r
-                          WHERE r.zoid = p.zoid AND r.tid = p.keep_tid)
-        ORDER BY p.zoid
-        FETCH FIRST ? ROWS ONLY"""
     FILL = """
         INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
         SELECT zoid, MAX(tid),
@@ -259,21 +230,6 @@ class HistoryPreservingPacker(HistoryPreservingMixin, _OraclePacker):
 
 class HistoryFreePacker(HistoryFreeMixin, _OraclePacker):
 
-    SCAN_PAGE = """
-        SELECT zoid, tid, state FROM object_state
-        WHERE zoid > ? AND tid <= ?
-        ORDER BY zoid
-        FETCH FIRST ? ROWS ONLY"""
-    TAIL_SAME = """
-        SELECT zoid, tid, state FROM object_state
-        WHERE tid = ? AND zoid > ?
-        ORDER BY zoid
-        FETCH FIRST ? ROWS ONLY"""
-    TAIL_NEXT = """
-        SELECT zoid, tid, state FROM object_state
-        WHERE tid > ? AND tid <= ?
-        ORDER BY tid, zoid
-        FETCH FIRST ? ROWS ONLY"""
     FILL = """
         INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
         SELECT zoid, tid, CASE WHEN state IS NULL THEN 1 ELSE 0 END, 0
