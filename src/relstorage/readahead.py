@@ -28,9 +28,9 @@ bucket rarely sees, while the buckets under a BTree node, most of which a
 random sample reaches, keep being read ahead.
 """
 import pickletools
+import re
 from collections import deque
 
-from ZODB.serialize import referencesf
 from ZODB.utils import u64
 
 #: Objects referring to more than this many others are not read ahead.
@@ -48,6 +48,15 @@ EVIDENCE = 64
 #: Past this many rows read ahead for a kind, its counts are halved: what
 #: the application did lately weighs most.
 HORIZON = 4096
+
+
+#: An oid in a persistent reference as ZODB pickles it: 8 bytes as
+#: SHORT_BINBYTES (protocol 3) or SHORT_BINSTRING (protocol 2, databases
+#: written by Python 2).  Scanning for it is ten times faster than ZODB's
+#: ``referencesf``, which unpickles (10 us against 1 us for a bucket of
+#: 16 items).  It may also match 8 bytes of an object's own data: a row
+#: read ahead for nothing, or none found, never a wrong load.
+_OID = re.compile(rb'[CU]\x08(.{8})', re.DOTALL)
 
 
 def kind_of(state):
@@ -135,12 +144,7 @@ class Families:
         # (b'Q'); most leaf objects have no such byte and skip the parse.
         if not state or b'Q' not in state:
             return
-        try:
-            refs = [u64(ref) for ref in referencesf(state)]
-        except Exception:
-            # Not a pickle ZODB's reference scanner can read (an
-            # application may store any bytes): nothing to read ahead.
-            return
+        refs = [u64(ref) for ref in _OID.findall(state)]
         if len(refs) < 2 or len(refs) > FAMILY_MAX:
             return
         families = self._families
