@@ -29,7 +29,7 @@ METRICS = (
     ('mp_update', 'update 100/txn, {n} processes', 'rate'),
     ('mp_read', 'cold read, {n} processes', 'rate'),
     ('random_read', 'cold random read, 5 % by key', 'rate'),
-    ('random_load', 'cold random read, per load', 'latency'),
+    ('random_load', 'cold random read, storage time per load', 'latency'),
     ('random_prefetch', 'cold random read, prefetched', 'rate'),
     ('mixed', 'requests (5 reads, 1 write), {n} processes', 'commits'),
 )
