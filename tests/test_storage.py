@@ -593,3 +593,37 @@ def test_restore_batch_with_blobs_after_new_oids(open_storage, tmp_path):
     assert reader.load(p64(9851))[1] == p64(base + 2)
     with open(reader.loadBlob(p64(9851), p64(base + 2)), 'rb') as f:
         assert f.read() == b'blob data'
+
+
+def test_changing_another_process_s_object_takes_the_short_finish(
+        open_storage, monkeypatch):
+    """A commit that only changes existing objects never moves the oid
+    allocator, whatever oids they have: a storage that allocated nothing
+    itself (another process created the objects) still finishes in one
+    call where the database has one, not step by step."""
+    from ZODB.Connection import TransactionMetaData
+    from ZODB.tests.MinPO import MinPO
+    from ZODB.tests.StorageTestBase import zodb_pickle
+    from ZODB.utils import z64
+    creator = open_storage()
+    oid = creator.new_oid()
+    t = TransactionMetaData()
+    creator.tpc_begin(t)
+    creator.store(oid, z64, zodb_pickle(MinPO(1)), '', t)
+    creator.tpc_vote(t)
+    tid = creator.tpc_finish(t)
+    other = open_storage()             # its allocator handed out nothing
+    adapter = other._adapter
+    if adapter.txncontrol.finish_and_commit is None:
+        pytest.skip('the database has no one-call finish')
+    steps = []
+    monkeypatch.setattr(adapter.locker, 'hold_commit_lock',
+                        lambda cursor: steps.append('step by step'))
+    monkeypatch.setattr(adapter.oids, 'ensure_above',
+                        lambda cursor, oid: steps.append('ensure_above'))
+    t = TransactionMetaData()
+    other.tpc_begin(t)
+    other.store(oid, tid, zodb_pickle(MinPO(2)), '', t)
+    other.tpc_vote(t)
+    assert other.tpc_finish(t) > tid
+    assert steps == []

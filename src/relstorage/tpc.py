@@ -75,6 +75,10 @@ class PendingTransaction:
         self.read_current = {}
         self.resolved = []
         self.voted = False
+        #: The highest oid this transaction creates (a new object, or any
+        #: record of a restore), -1 if none: only such oids may lie beyond
+        #: what the allocator handed out (an existing object's was handed
+        #: out, or moved past, when it was created).
         self.max_oid = -1
         self._rows = {}          # oid -> (prev_tid, state, data_txn)
         self._deletions = {}     # oid -> prev_tid, of deleteObject rows
@@ -120,7 +124,7 @@ class PendingTransaction:
             self._deletions[oid] = prev_tid
         elif self._deletions:
             self._deletions.pop(oid, None)
-        if oid > self.max_oid:
+        if oid > self.max_oid and not prev_tid:
             self.max_oid = oid
         if state is not None:
             self._buffered += len(state)
