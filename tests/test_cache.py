@@ -521,6 +521,42 @@ def test_kind_of_a_zodb_record():
     assert kind_of(b'not a pickle') == b''
 
 
+def test_families_from_protocol_3_and_protocol_2_records():
+    """A container's references make one family, keyed by the 8-byte oids
+    ZODB passes to load; the second miss (no evidence yet) gives the
+    family as integers, once.  Records pickled by Python 2 (protocol 2,
+    oids as SHORT_BINSTRING) are scanned too."""
+    import pickle
+    from ZODB.utils import p64
+    from relstorage.readahead import Families
+
+    def record(protocol, oids):
+        # ZODB's layout: the class pickle, then the state, each reference
+        # a persistent id (BINPERSID, b'Q') of (oid, None): the oid as
+        # SHORT_BINBYTES (b'C', protocol 3) or as the str Python 2 wrote
+        # (SHORT_BINSTRING, b'U', protocol 2).
+        first = pickle.dumps((PersistentMapping, None), protocol)
+        opcode = b'C' if protocol == 3 else b'U'
+        refs = b''.join(b'(' + opcode + b'\x08' + p64(o) + b'NtQ'
+                        for o in oids)
+        return first + b'\x80' + bytes([protocol]) + b']' + refs + b'.'
+    for protocol in (3, 2):
+        state = record(protocol, [5, 6, 7])
+        assert state.count(b'\x08') >= 3
+        families = Families()
+        families.note(state)
+        assert families.siblings(p64(99)) is None     # not a member
+        assert families.siblings(p64(6)) is None      # first miss
+        refs, kind = families.siblings(p64(7))        # second
+        assert refs == [5, 6, 7] and b'PersistentMapping' in kind
+        assert families.siblings(p64(5)) is None      # forgotten now
+    # Leaves (no BINPERSID) and single references make no family.
+    families = Families()
+    families.note(pickle.dumps({'a': 1}, 3))
+    families.note(record(3, [8]))
+    assert not families
+
+
 def test_read_ahead_stops_where_it_does_not_pay_and_comes_back(
         open_storage, monkeypatch):
     """Transactions that read two scattered children of a 30-child folder

@@ -472,7 +472,7 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
             else:
                 row = self._prefetched.pop(oid_int, None)
                 if row is None and self._families:
-                    row = self._read_ahead(cursor, oid_int, snapshot)
+                    row = self._read_ahead(cursor, oid, oid_int, snapshot)
                 if row is None:
                     row = self._adapter.mover.load_current(cursor, oid_int)
                     if row is None:
@@ -487,11 +487,11 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
                 raise POSException.POSKeyError(oid)
             return state, p64(tid)
 
-    def _read_ahead(self, cursor, oid_int, snapshot):
-        """The row of ``oid_int`` if it is the second (or later) object of
-        its family to miss the caches, loaded with the rest of its family
-        in one round trip; None otherwise."""
-        family = self._families.siblings(oid_int)
+    def _read_ahead(self, cursor, oid, oid_int, snapshot):
+        """The row of ``oid`` (``oid_int``) if it is the second (or later)
+        object of its family to miss the caches, loaded with the rest of
+        its family in one round trip; None otherwise."""
+        family = self._families.siblings(oid)
         if family is None:
             return None
         refs, kind = family
