@@ -55,6 +55,7 @@ from relstorage.options import Options
 from relstorage.options import ignored
 from relstorage.outcome import settle_lost_finish
 from relstorage.reconnect import retry_if_disconnected
+from relstorage.snapshot import SnapshotMethods
 from relstorage.tids import id_to_int
 from relstorage.tpc import PendingTransaction
 from relstorage.undo import UndoMethods
@@ -75,8 +76,8 @@ log = logging.getLogger(__name__)
     IBlobStorage,
     IBlobStorageRestoreable,
 )
-class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
-                 ConflictResolvingStorage):
+class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
+                 UndoMethods, ConflictResolvingStorage):
     """``RelStorage(adapter, name=None, options=None, **options)``.
 
     ``adapter`` is a database adapter such as
@@ -212,89 +213,6 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         if self._closed:
             raise POSException.StorageError(f'{self._name} is closed')
 
-    def _snapshot_cursor(self, oid=None):
-        """The cursor of this instance's read snapshot, opening one (and
-        reading its last tid) if none is open.  A connection the database
-        dropped is reopened here, between snapshots, once.  Raises
-        ReadConflictError (naming ``oid``) while the snapshot is older than
-        what this instance saw, unless revert-when-stale."""
-        self._check_open()
-        if self._snapshot_tid is None:
-            self._start_snapshot()
-        if self._stale is not None and not self._follow_stale:
-            new, seen = self._stale
-            raise POSException.ReadConflictError(
-                f'{self._name}: the replica '
-                f'{self._adapter.connmanager.server_of(self._load_conn)} '
-                f'is at {tid_repr(p64(new))}, behind '
-                f'{tid_repr(p64(seen))} that this connection already saw; '
-                f'retry the transaction (or set revert-when-stale)',
-                oid=None if oid is None else p64(oid))
-        return self._load_cursor
-
-    def _start_snapshot(self, after_tid=None):
-        """``_begin_snapshot``, reopening once a connection the database
-        dropped; returns what changed after ``after_tid``."""
-        return retry_if_disconnected(
-            self._adapter.connmanager, 'starting a read snapshot',
-            lambda: self._begin_snapshot(after_tid),
-            self._drop_load_connection)
-
-    def _begin_snapshot(self, after_tid=None):
-        """Start the snapshot; returns what changed after ``after_tid``
-        (``[(oid, tid)]``, [] if None), read in the same round trip where
-        the database allows (with the previous snapshot's ROLLBACK, if
-        that was put off)."""
-        cm = self._adapter.connmanager
-        if self._load_conn is not None and cm.replaced(self._load_conn):
-            # Its replica file prefers another server now.
-            self._drop_load_connection()
-        if self._load_conn is None:
-            self._load_conn, self._load_cursor = cm.open_load()
-            self._rollback_due = False
-        self._snapshot_tid, changes = self._adapter.poller.begin_and_poll(
-            cm, self._load_conn, self._load_cursor, after_tid,
-            self._rollback_due)
-        self._rollback_due = False
-        self._saw(self._snapshot_tid)
-        return changes
-
-    def _saw(self, tid):
-        """Note a snapshot (or a commit) at ``tid``; a snapshot older than
-        what this instance saw makes it stale."""
-        seen = self._seen_tid
-        if seen is None or tid >= seen:
-            self._seen_tid = tid
-            self._stale = None
-        else:
-            self._stale = (tid, seen)
-
-    def _end_snapshot(self, now=True):
-        """End the snapshot.  ``now`` False, where a new snapshot starts
-        right after (a poll), leaves the ROLLBACK to the round trip that
-        starts it."""
-        if self._snapshot_tid is not None:
-            self._snapshot_tid = None
-            self._prefetched.clear()
-            self._families.clear()
-            if self._ahead:
-                # Read ahead, never asked for in their transaction.
-                self._counters.read_ahead_unused += len(self._ahead)
-                self._ahead.clear()
-            self._rollback_due = True
-        if now and self._rollback_due:
-            self._rollback_due = False
-            self._adapter.connmanager.rollback(
-                self._load_conn, self._load_cursor)
-
-    def _drop_load_connection(self):
-        self._snapshot_tid = None
-        self._rollback_due = False
-        self._prefetched.clear()
-        if self._load_conn is not None:
-            self._adapter.connmanager.close(self._load_conn, self._load_cursor)
-            self._load_conn = self._load_cursor = None
-
     def _drop_store_connection(self):
         if self._store_conn is not None:
             self._adapter.connmanager.close(
@@ -327,89 +245,8 @@ class RelStorage(BlobMethods, BulkCopyMethods, UndoMethods,
         self._drop_load_connection()
         self._drop_store_connection()
 
-    # -- IMVCCStorage --------------------------------------------------
-
-    def poll_invalidations(self):
-        """Start a new snapshot; return the oids changed by others since
-        the last poll ([] on the first), or None if the database went back
-        in time and every cached object must go."""
-        with self._lock:
-            self._check_open()
-            # The old snapshot ends in the round trip that starts the new.
-            self._end_snapshot(now=False)
-            prev = self._polled_tid
-            changes = self._start_snapshot(prev)
-            cursor = self._load_cursor
-            self._counters.polls += 1
-            if self._stale is not None:
-                if not self._follow_stale:
-                    # Loads raise ReadConflictError until a poll finds the
-                    # replica caught up; the changes since ``prev`` are
-                    # reported then.
-                    return []
-                return self._go_back()
-            new = self._polled_tid = self._snapshot_tid
-            own, self._own_tids = self._own_tids, set()
-            if prev is None or new == prev:
-                self._advance_cache(cursor, None, new, ())
-                return []
-            self._advance_cache(cursor, prev, new, changes)
-            changed = [p64(oid) for oid, tid in changes if tid not in own]
-            self._counters.invalidations += len(changed)
-            return changed
-
-    def _go_back(self):
-        """Go on from a snapshot older than what this instance saw: every
-        cached object goes (poll_invalidations returns None for ZODB to
-        drop its own)."""
-        new, seen = self._stale
-        server = self._adapter.connmanager.server_of(self._load_conn)
-        if server is None:
-            log.warning('%s: the database went back from %s to %s (restored '
-                        'or replaced?): every cached object is dropped',
-                        self._name, tid_repr(p64(seen)), tid_repr(p64(new)))
-        else:
-            log.warning('%s: the replica %s is at %s, behind %s that this '
-                        'connection already saw: going on from its state '
-                        '(revert-when-stale), every cached object dropped',
-                        self._name, server, tid_repr(p64(new)),
-                        tid_repr(p64(seen)))
-        self._stale = None
-        self._seen_tid = self._polled_tid = new
-        self._own_tids = set()
-        self._cache.invalidate_all()
-        self._advance_cache(self._load_cursor, None, new, ())
-        return None
-
-    def _advance_cache(self, cursor, prev, new, changes):
-        """Tell the shared cache what changed up to ``new``; when this
-        instance's list does not reach back to the cache's horizon (or
-        there is none), ask the database for the missing range."""
-        cache = self._cache
-        if prev is not None and cache.advance(prev, new, changes):
-            return
-        horizon = cache.horizon
-        if horizon is None:
-            try:
-                cache.set_horizon(new)
-            except ValueError:   # another instance set it meanwhile
-                self._advance_cache(cursor, None, new, ())
-        elif horizon < new:
-            cache.advance(horizon, new, self._adapter.poller.changes(
-                cursor, horizon, new))
-
-    def sync(self, force=True):
-        if force:
-            with self._lock:
-                # ZODB polls right after (newTransaction): the ROLLBACK
-                # goes with the poll's round trip.
-                self._end_snapshot(now=False)
-
-    def afterCompletion(self):
-        # End the read transaction so that no database session sits idle
-        # inside one while the application does something else.
-        with self._lock:
-            self._end_snapshot()
+    # -- IMVCCStorage (poll_invalidations, sync, afterCompletion: see
+    # snapshot.py) -----------------------------------------------------
 
     def release(self):
         with self._lock:
