@@ -118,7 +118,12 @@ def _fail_finish(monkeypatch, after):
     def finish(self, *args, **kwargs):
         if after:
             real(self, *args, **kwargs)
-        raise DisconnectedError('simulated: the connection went')
+        # As the connection manager translates a driver's error (its text
+        # true of every step but the commit's last).
+        raise DisconnectedError(
+            'committing: lost the connection; nothing of this transaction '
+            'was committed (simulated)') from ConnectionResetError(
+                'server closed the connection unexpectedly')
     monkeypatch.setattr(tpc.PendingTransaction, 'finish', finish)
     return lambda: monkeypatch.setattr(tpc.PendingTransaction, 'finish',
                                        real)
@@ -165,6 +170,10 @@ def test_lost_reply_of_a_commit_is_unknown(open_storage, monkeypatch):
     message = str(caught.value)
     assert 'whether the database committed it is unknown' in message
     assert 'have all changed since' in message
+    # The driver's words, not the lower layer's "nothing of this
+    # transaction was committed".
+    assert 'server closed the connection unexpectedly' in message
+    assert 'nothing of this transaction' not in message
     # Wholly committed, and the storage goes on.
     storage.poll_invalidations()
     state, now = storage.load(oid)

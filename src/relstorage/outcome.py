@@ -54,7 +54,10 @@ def settle_lost_finish(name, adapter, based_on, lost, open_cursor, drop,
     connmanager = adapter.connmanager
     if reach_wait is None:
         reach_wait = REACH_WAIT
-    cause = str(lost)
+    # The translated error says that nothing of the transaction was
+    # committed, true of every step but this last one: the cause given is
+    # the driver's own words.
+    cause = _driver_words(lost)
     if not based_on:
         unknown(name, 'it wrote no object whose state could show it',
                 cause, lost)
@@ -99,6 +102,14 @@ def settle_lost_finish(name, adapter, based_on, lost, open_cursor, drop,
             f'(now at tid {", ".join(tid_repr(p64(t)) for t in tids[:3])}'
             f'{", ..." if len(tids) > 3 else ""}): by this commit, or by '
             f'another one after it failed', cause, lost)
+
+
+def _driver_words(lost):
+    """The first line of the driver error under ``lost``, or its own text
+    when it has none."""
+    driver_error = lost.__cause__
+    words = str(driver_error).strip() if driver_error is not None else ''
+    return words.splitlines()[0] if words else str(lost)
 
 
 def unknown(name, found, cause, lost):
