@@ -51,13 +51,14 @@ HORIZON = 4096
 
 #: An oid in a persistent reference as ZODB pickles it: 8 bytes as
 #: SHORT_BINBYTES (protocol 3), or SHORT_BINSTRING (protocol 2, databases
-#: written by Python 2; tried when the first finds none).  Scanning for it
-#: is ten times faster than ZODB's ``referencesf``, which unpickles (10 us
-#: against 1 us for a bucket of 16 items); one pattern per opcode, since
-#: a pattern that starts with a literal byte is searched for as a string
-#: while a class of two bytes is tried at every position (half the time
-#: for a bucket).  It may also match 8 bytes of an object's own data: a
-#: row read ahead for nothing, or none found, never a wrong load.
+#: written by Python 2; tried when the first finds none in a record that
+#: is not protocol 3).  Scanning for it is ten times faster than ZODB's
+#: ``referencesf``, which unpickles (10 us against 1 us for a bucket of
+#: 16 items); one pattern per opcode, since a pattern that starts with a
+#: literal byte is searched for as a string while a class of two bytes is
+#: tried at every position (half the time for a bucket).  It may also
+#: match 8 bytes of an object's own data: a row read ahead for nothing,
+#: or none found, never a wrong load.
 _OID = re.compile(rb'C\x08(.{8})', re.DOTALL)
 _OID_PROTOCOL_2 = re.compile(rb'U\x08(.{8})', re.DOTALL)
 _OIDS = struct.Struct('>Q')
@@ -156,7 +157,8 @@ class Families:
         if not state or b'Q' not in state:
             return
         refs = _OID.findall(state)
-        if not refs:
+        if not refs and not state.startswith(b'\x80\x03'):
+            # Python 3 never pickles SHORT_BINSTRING at protocol 3.
             refs = _OID_PROTOCOL_2.findall(state)
         if len(refs) < 2 or len(refs) > FAMILY_MAX:
             return
