@@ -19,6 +19,8 @@ from ZODB.utils import tid_repr
 
 from relstorage.reconnect import retry_if_disconnected
 
+# The storage's logger: these messages kept their name when the code
+# moved here from storage.py (log filters and handlers name it).
 log = logging.getLogger('relstorage.storage')
 
 
