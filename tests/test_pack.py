@@ -2,6 +2,7 @@
 packs, analyses stopped and resumed, the kept pre-pack, writers throughout
 a pack, and the result compared with FileStorage's pack of the same
 history.  (zodbpack as a command: test_zodbpack.py.)"""
+import contextlib
 import random
 import threading
 import time
@@ -16,6 +17,7 @@ from ZODB.serialize import referencesf
 from ZODB.utils import p64
 from ZODB.utils import u64
 
+import relstorage.pack
 from backends import query
 from relstorage.errors import PackError
 from relstorage.errors import PackStopped
@@ -732,3 +734,108 @@ def test_the_packer_provides_its_interface(open_storage):
     from relstorage.adapters.interfaces import IPacker
     from zope.interface.verify import verifyObject
     assert verifyObject(IPacker, open_storage()._adapter.packer)
+
+
+# -- the analysis's pages, read a page ahead -------------------------------
+
+class _PagedPacker:
+    """scan_page and tail_page over fixed rows ``(zoid, tid, state)``;
+    remembers each read: its start and whether the caller's thread made
+    it.  A read starting after zoid ``fail_after`` raises."""
+
+    def __init__(self, rows, fail_after=None):
+        self.rows = rows
+        self.reads = []
+        self.fail_after = fail_after
+
+    def _read(self, start, rows):
+        self.reads.append(
+            (start, threading.current_thread() is threading.main_thread()))
+        if start[-1] == self.fail_after:
+            raise RuntimeError('the server went away')
+        return rows
+
+    def scan_page(self, cursor, scan_tid, zoid, limit):
+        return self._read((zoid,), [r for r in self.rows
+                                    if r[0] > zoid and r[1] <= scan_tid][:limit])
+
+    def tail_page(self, cursor, tid, zoid, up_to, limit):
+        rows = sorted((r for r in self.rows
+                       if (r[1], r[0]) > (tid, zoid) and r[1] <= up_to),
+                      key=lambda r: (r[1], r[0]))
+        return self._read((tid, zoid), rows[:limit])
+
+
+class _NoTranslation:
+    def translate(self, what):
+        return contextlib.nullcontext()
+
+
+@pytest.fixture
+def pages(monkeypatch):
+    monkeypatch.setattr(relstorage.pack, 'PAGE', 2)
+    made = []
+
+    def make(rows, up_to=100, fail_after=None):
+        packer = _PagedPacker(rows, fail_after)
+        made.append(relstorage.pack._Pages(packer, _NoTranslation(), None,
+                                           up_to))
+        return made[-1], packer
+    yield make
+    for each in made:
+        each.close()
+        assert each._thread is None
+
+
+def test_analysis_pages_are_read_ahead_by_another_thread(pages):
+    from relstorage.pack import SCAN
+    rows = [(zoid, 10, b'') for zoid in range(1, 6)]
+    reader, packer = pages(rows)
+    got = []
+    start = (SCAN, 10, -1)
+    while True:
+        page = reader.get(start)
+        if not page:
+            break
+        got.extend(page)
+        start = (SCAN, 10, page[-1][0])
+    assert got == rows
+    # The first page is read when asked for; each later one by the pages
+    # thread, once, while the caller had the one before.
+    assert packer.reads == [((-1,), True), ((2,), False), ((4,), False),
+                            ((5,), False)]
+
+
+def test_analysis_tail_pages_go_on_from_the_last_tid_and_zoid(pages):
+    from relstorage.pack import TAIL
+    rows = [(3, 11, b''), (1, 12, b''), (2, 12, b''), (1, 13, b'')]
+    reader, packer = pages(rows, up_to=12)
+    first = reader.get((TAIL, 10, 0))
+    assert first == [(3, 11, b''), (1, 12, b'')]
+    assert reader.get((TAIL, 12, 1)) == [(2, 12, b'')]
+    assert reader.get((TAIL, 12, 2)) == []
+    assert [start for start, _ in packer.reads] == [(10, 0), (12, 1), (12, 2)]
+
+
+def test_a_page_read_ahead_is_dropped_when_another_is_asked_for(pages):
+    from relstorage.pack import SCAN
+    rows = [(zoid, 10, b'') for zoid in range(1, 6)]
+    reader, packer = pages(rows)
+    assert reader.get((SCAN, 10, -1)) == rows[:2]
+    # The caller's state says zoid 3 was done (another process went on,
+    # say): the page read ahead (after 2) is not the one it wants.
+    assert reader.get((SCAN, 10, 3)) == rows[3:]
+    assert packer.reads[:3] == [((-1,), True), ((2,), False), ((3,), True)]
+
+
+def test_a_failed_read_ahead_raises_in_the_caller(pages):
+    from relstorage.pack import SCAN
+    rows = [(zoid, 10, b'') for zoid in range(1, 6)]
+    reader, packer = pages(rows, fail_after=2)
+    assert reader.get((SCAN, 10, -1)) == rows[:2]
+    with pytest.raises(RuntimeError, match='went away'):
+        reader.get((SCAN, 10, 2))
+    # The next page is read again, in the caller's thread.
+    with pytest.raises(RuntimeError, match='went away'):
+        reader.get((SCAN, 10, 2))
+    assert packer.reads[-1] == ((2,), True)

@@ -48,6 +48,8 @@ progress that asks to stop makes the pack raise ``PackStopped`` at the
 next batch boundary.
 """
 import logging
+import queue
+import threading
 import time
 
 from ZODB.utils import u64
@@ -243,14 +245,16 @@ class _Session:
         shown = False
         started = time.monotonic()
         conn, snapshot = cm.open_load()
+        pages = None
         try:
             with cm.translate('packing'):
                 cm.begin_snapshot(conn, snapshot)
                 up_to = self.adapter.poller.last_tid(snapshot)
+            pages = _Pages(self.packer, cm, snapshot, up_to)
             while True:
                 self._check_stop()
                 page = self.write(
-                    lambda: self._analyse_page(snapshot, rescue, up_to))
+                    lambda: self._analyse_page(pages, rescue, up_to))
                 if page is None:
                     break
                 if show and page and not shown:
@@ -260,6 +264,8 @@ class _Session:
                 if shown:
                     self.progress.add(page)
         finally:
+            if pages is not None:
+                pages.close()
             cm.close(conn, snapshot)
         if shown:
             self.progress.end_phase()
@@ -280,10 +286,11 @@ class _Session:
             return done + packer.count_after(cursor, state.refs_tid)
         return self.read(count)
 
-    def _analyse_page(self, snapshot, rescue, up_to):
-        """One page of the analysis, read with the cursor ``snapshot``,
-        recorded in the caller's transaction: the number of revisions
-        analysed, or None when there was nothing left up to ``up_to``."""
+    def _analyse_page(self, pages, rescue, up_to):
+        """One page of the analysis, read from the snapshot's ``pages``
+        (_Pages), recorded in the caller's transaction: the number of
+        revisions analysed, or None when there was nothing left up to
+        ``up_to``."""
         packer, cursor = self.packer, self.cursor
         state = packer.refs_state(cursor)
         if state is None:
@@ -297,16 +304,14 @@ class _Session:
         if state.scan_tid:
             # (A scan begun in an earlier snapshot goes on in this one:
             # rows changed since its scan_tid are read after it.)
-            rows = packer.scan_page(snapshot, state.scan_tid,
-                                    state.scan_zoid, PAGE)
+            rows = pages.get((SCAN, state.scan_tid, state.scan_zoid))
             if not rows:
                 state = RefsState(refs_tid=state.scan_tid, refs_zoid=ALL)
                 packer.set_refs_state(cursor, state)
                 return 0
             state.scan_zoid = rows[-1][0]
         else:
-            rows = packer.tail_page(snapshot, state.refs_tid,
-                                    state.refs_zoid, up_to, PAGE)
+            rows = pages.get((TAIL, state.refs_tid, state.refs_zoid))
             if not rows:
                 return None
             if not packer.keep_history:
@@ -602,6 +607,98 @@ class _Session:
             pacer.pause(started)
         if removed:
             self.progress.note('the data of %d blobs removed', removed)
+
+
+#: How _Pages reads a page: current revisions in key order after a zoid,
+#: up to a tid (a first analysis); or those written since a (tid, zoid).
+SCAN, TAIL = 'scan', 'tail'
+
+
+class _Pages:
+    """The pages of an analysis, read from one snapshot (the cursor
+    ``snapshot``) a page ahead of the caller, by a thread of its own:
+    while the caller finds the references of one page in Python and
+    records them, the database reads the next one.  (Every driver here
+    lets go of the GIL while it waits for the server.  At 200,000
+    documents on MariaDB the analysis took 7.8 s read in turn: 3.8 s in
+    the reads, the rest finding and writing the references.)
+
+    A page is asked for by where it starts: ``(SCAN, scan_tid, after
+    zoid)`` or ``(TAIL, tid, after zoid)``.  The page read ahead is the
+    one that starts where the last one ended; it is used only when it
+    starts where the caller asks (the caller's state, in the database,
+    decides), else the page asked for is read then.  The snapshot never
+    changes, so a page read ahead is the page the caller would read.  At
+    most one read is under way, and the cursor is only ever used by one
+    thread at a time."""
+
+    def __init__(self, packer, cm, snapshot, up_to):
+        self.packer = packer
+        self.cm = cm
+        self.snapshot = snapshot
+        self.up_to = up_to
+        self._asked = queue.Queue()
+        self._done = queue.Queue()
+        self._ahead = None          # the start of the page being read ahead
+        self._thread = None
+
+    def _read(self, start):
+        kind, tid, zoid = start
+        with self.cm.translate('packing'):
+            if kind == SCAN:
+                return self.packer.scan_page(self.snapshot, tid, zoid, PAGE)
+            return self.packer.tail_page(self.snapshot, tid, zoid,
+                                         self.up_to, PAGE)
+
+    def _run(self):
+        while True:
+            start = self._asked.get()
+            if start is None:
+                return
+            try:
+                self._done.put((self._read(start), None))
+            except BaseException as e:  # raised in the caller's thread
+                self._done.put((None, e))
+
+    def _wait(self):
+        """The page read ahead: ``(start, rows)``."""
+        start, self._ahead = self._ahead, None
+        rows, error = self._done.get()
+        if error is not None:
+            raise error
+        return start, rows
+
+    def get(self, start):
+        """The rows of the page that begins at ``start``."""
+        rows = None
+        if self._ahead is not None:
+            ahead, rows = self._wait()
+            if ahead != start:
+                rows = None
+        if rows is None:
+            rows = self._read(start)
+        if rows:
+            zoid, tid = rows[-1][:2]
+            self._ahead = (SCAN, start[1], zoid) if start[0] == SCAN \
+                else (TAIL, tid, zoid)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name='relstorage pack: pages',
+                    daemon=True)
+                self._thread.start()
+            self._asked.put(self._ahead)
+        return rows
+
+    def close(self):
+        """Wait for a read under way (at most a page), end the thread."""
+        if self._thread is None:
+            return
+        if self._ahead is not None:
+            self._ahead = None
+            self._done.get()
+        self._asked.put(None)
+        self._thread.join()
+        self._thread = None
 
 
 class _Pacer:
