@@ -298,7 +298,8 @@ def test_role_methods_send_a_parameter_per_bind(keep_history):
     packer.refs_state(c)
     packer.set_refs_state(c, __import__(
         'relstorage.adapters.pack', fromlist=['RefsState']).RefsState())
-    packer.scan_page(c, 5, 0, 10)
+    packer.scan_page(c, 0, 0, 5, 0, 10)
+    packer.count_current(c)
     packer.kept_unanalysed(c, 5, 0, 10)
     packer.tail_page(c, 5, 0, 9, 10)
     packer.drop_refs(c, [1, 2])

@@ -135,6 +135,57 @@ def test_references_are_analysed_once(open_storage):
     db.close()
 
 
+def test_many_revisions_written_since_are_read_in_key_order(
+        open_storage, monkeypatch):
+    """Past SCAN_SINCE_ROWS (and a share of the objects), what was written
+    since the last analysis is read by a scan in key order, and the
+    references recorded are those of every revision left: the same as
+    read in the order written."""
+    import relstorage.pack
+    monkeypatch.setattr(relstorage.pack, 'PAGE', 50)
+    monkeypatch.setattr(relstorage.pack, 'SCAN_SINCE_ROWS', 100)
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    _build(db, 200)
+    _pack(storage)
+    since = u64(storage.lastTransaction())
+    # New objects, and old ones whose references move (history-free
+    # drops the references of the revisions replaced).
+    _build(db, 60, drop_every=1000)
+    conn = db.open()
+    root = conn.root()
+    for index in range(61, 200, 4):
+        root[index]['child'] = PersistentMapping()
+    transaction.commit()
+    conn.close()
+    packer = storage._adapter.packer
+    scans = []
+    scan_page = packer.scan_page
+
+    def spy(cursor, since, *args):
+        scans.append(since)
+        return scan_page(cursor, since, *args)
+    monkeypatch.setattr(packer, 'scan_page', spy)
+    second = Recorder()
+    _pack(storage, progress=second)
+    assert scans and all(tid == since for tid in scans)
+    # What was written since, no more: the objects left, and the new
+    # mapping dropped again with its child.
+    table = 'current_object' if storage._options.keep_history \
+        else 'object_state'
+    written = query(storage, f'SELECT COUNT(*) FROM {table} '
+                             f'WHERE tid > {since}')[0][0]
+    assert written + 2 == second.count(ANALYSED)
+    recorded = set(query(storage, 'SELECT zoid, tid, to_zoid FROM object_ref'))
+    expected = {(zoid, tid, u64(ref))
+                for zoid, tid, state in query(
+                    storage, 'SELECT zoid, tid, state FROM object_state')
+                if state is not None for ref in referencesf(bytes(state))}
+    assert recorded == expected
+    assert len(_reachable(storage)) == 1 + 2 * (100 - 30 + 59)
+    db.close()
+
+
 def test_helper_tables_keep_only_what_the_next_pack_needs(open_storage):
     storage = open_storage()
     db = ZODB.DB(storage)
@@ -755,9 +806,11 @@ class _PagedPacker:
             raise RuntimeError('the server went away')
         return rows
 
-    def scan_page(self, cursor, scan_tid, zoid, limit):
-        return self._read((zoid,), [r for r in self.rows
-                                    if r[0] > zoid and r[1] <= scan_tid][:limit])
+    def scan_page(self, cursor, since, since_zoid, scan_tid, zoid, limit):
+        return self._read((zoid,), [
+            r for r in self.rows
+            if r[0] > zoid and (r[1], r[0]) > (since, since_zoid)
+            and r[1] <= scan_tid][:limit])
 
     def tail_page(self, cursor, tid, zoid, up_to, limit):
         rows = sorted((r for r in self.rows
@@ -792,13 +845,13 @@ def test_analysis_pages_are_read_ahead_by_another_thread(pages):
     rows = [(zoid, 10, b'') for zoid in range(1, 6)]
     reader, packer = pages(rows)
     got = []
-    start = (SCAN, 10, -1)
+    start = (SCAN, 0, 0, 10, -1)
     while True:
         page = reader.get(start)
         if not page:
             break
         got.extend(page)
-        start = (SCAN, 10, page[-1][0])
+        start = (SCAN, 0, 0, 10, page[-1][0])
     assert got == rows
     # The first page is read when asked for; each later one by the pages
     # thread, once, while the caller had the one before.
@@ -821,10 +874,10 @@ def test_a_page_read_ahead_is_dropped_when_another_is_asked_for(pages):
     from relstorage.pack import SCAN
     rows = [(zoid, 10, b'') for zoid in range(1, 6)]
     reader, packer = pages(rows)
-    assert reader.get((SCAN, 10, -1)) == rows[:2]
+    assert reader.get((SCAN, 0, 0, 10, -1)) == rows[:2]
     # The caller's state says zoid 3 was done (another process went on,
     # say): the page read ahead (after 2) is not the one it wants.
-    assert reader.get((SCAN, 10, 3)) == rows[3:]
+    assert reader.get((SCAN, 0, 0, 10, 3)) == rows[3:]
     assert packer.reads[:3] == [((-1,), True), ((2,), False), ((3,), True)]
 
 
@@ -832,10 +885,10 @@ def test_a_failed_read_ahead_raises_in_the_caller(pages):
     from relstorage.pack import SCAN
     rows = [(zoid, 10, b'') for zoid in range(1, 6)]
     reader, packer = pages(rows, fail_after=2)
-    assert reader.get((SCAN, 10, -1)) == rows[:2]
+    assert reader.get((SCAN, 0, 0, 10, -1)) == rows[:2]
     with pytest.raises(RuntimeError, match='went away'):
-        reader.get((SCAN, 10, 2))
+        reader.get((SCAN, 0, 0, 10, 2))
     # The next page is read again, in the caller's thread.
     with pytest.raises(RuntimeError, match='went away'):
-        reader.get((SCAN, 10, 2))
+        reader.get((SCAN, 0, 0, 10, 2))
     assert packer.reads[-1] == ((2,), True)

@@ -6,7 +6,9 @@ pack lock (one pack at a time; zodbpack and storage.pack alike):
 1. **References** (with garbage collection).  The references of each
    object's current revision are read from its pickle once and kept in
    ``object_ref``; each pack first adds the objects written since the
-   previous one (the first pack reads them all, in key order), and
+   previous one (the first pack reads them all, in key order; a later
+   one in key order too when they are many, else in the order written;
+   the next page read by a thread of its own meanwhile), and
    (history-preserving) the kept revisions of objects changed after the
    pack tid, which are no longer current.  Revisions replaced before any
    pack looked are never read: this pack removes them.  Pages are
@@ -68,6 +70,11 @@ log = logging.getLogger(__name__)
 
 #: Revisions per page of the reference analysis.
 PAGE = 2000
+#: What was written since the last analysis is read by a scan in key
+#: order (_Session._choose_order) when it is at least this many rows and
+#: at least one in SCAN_SINCE_SHARE of the objects.
+SCAN_SINCE_ROWS = 5 * PAGE
+SCAN_SINCE_SHARE = 100
 #: Objects in the first deletion batch; later ones are sized to
 #: pack-batch-timeout.
 FIRST_BATCH = 500
@@ -251,6 +258,7 @@ class _Session:
                 cm.begin_snapshot(conn, snapshot)
                 up_to = self.adapter.poller.last_tid(snapshot)
             pages = _Pages(self.packer, cm, snapshot, up_to)
+            self.write(lambda: self._choose_order(up_to))
             while True:
                 self._check_stop()
                 page = self.write(
@@ -271,6 +279,25 @@ class _Session:
             self.progress.end_phase()
         return up_to
 
+    def _choose_order(self, up_to):
+        """Read what was written since the last analysis in key order (a
+        scan), not in the order it was written, when it is many rows: each
+        row read in tid order is a page read of its own on a table larger
+        than the database's cache (MariaDB, 200,000 documents grown by
+        10 %: 78 us a row, against 17 in key order), while a scan reads
+        every current row's key (in the order of the pages) to find
+        them."""
+        packer, cursor = self.packer, self.cursor
+        state = packer.refs_state(cursor)
+        if state is None or state.scan_tid or state.refs_tid >= up_to:
+            return
+        written = packer.count_after(cursor, state.refs_tid)
+        if written < SCAN_SINCE_ROWS or \
+                written * SCAN_SINCE_SHARE < packer.count_current(cursor):
+            return
+        state.scan_tid, state.scan_zoid = up_to, -1
+        packer.set_refs_state(cursor, state)
+
     def _to_analyse(self, done):
         """About how many revisions the analysis reads, ``done`` of them
         already."""
@@ -279,10 +306,9 @@ class _Session:
         def count():
             state = packer.refs_state(cursor)
             if state.scan_tid:
-                # Every revision up to the scan's tid (also those a stopped
-                # scan read), and those after it.
-                return packer.count_up_to(cursor, state.scan_tid) + \
-                    packer.count_after(cursor, state.scan_tid)
+                # Every revision a scan reads (also those a stopped scan
+                # read), and those written after its tid.
+                return packer.count_after(cursor, state.refs_tid)
             return done + packer.count_after(cursor, state.refs_tid)
         return self.read(count)
 
@@ -304,11 +330,15 @@ class _Session:
         if state.scan_tid:
             # (A scan begun in an earlier snapshot goes on in this one:
             # rows changed since its scan_tid are read after it.)
-            rows = pages.get((SCAN, state.scan_tid, state.scan_zoid))
+            rows = pages.get((SCAN, state.refs_tid, state.refs_zoid,
+                              state.scan_tid, state.scan_zoid))
             if not rows:
                 state = RefsState(refs_tid=state.scan_tid, refs_zoid=ALL)
                 packer.set_refs_state(cursor, state)
                 return 0
+            if state.refs_tid and not packer.keep_history:
+                # (A scan of what was written since an analysis.)
+                packer.drop_refs(cursor, [zoid for zoid, _, _ in rows])
             state.scan_zoid = rows[-1][0]
         else:
             rows = pages.get((TAIL, state.refs_tid, state.refs_zoid))
@@ -623,8 +653,8 @@ class _Pages:
     documents on MariaDB the analysis took 7.8 s read in turn: 3.8 s in
     the reads, the rest finding and writing the references.)
 
-    A page is asked for by where it starts: ``(SCAN, scan_tid, after
-    zoid)`` or ``(TAIL, tid, after zoid)``.  The page read ahead is the
+    A page is asked for by where it starts: ``(SCAN, refs_tid,
+    refs_zoid, scan_tid, after zoid)`` or ``(TAIL, tid, after zoid)``.  The page read ahead is the
     one that starts where the last one ended; it is used only when it
     starts where the caller asks (the caller's state, in the database,
     decides), else the page asked for is read then.  The snapshot never
@@ -643,10 +673,12 @@ class _Pages:
         self._thread = None
 
     def _read(self, start):
-        kind, tid, zoid = start
         with self.cm.translate('packing'):
-            if kind == SCAN:
-                return self.packer.scan_page(self.snapshot, tid, zoid, PAGE)
+            if start[0] == SCAN:
+                _, since, since_zoid, scan_tid, zoid = start
+                return self.packer.scan_page(self.snapshot, since, since_zoid,
+                                             scan_tid, zoid, PAGE)
+            _, tid, zoid = start
             return self.packer.tail_page(self.snapshot, tid, zoid,
                                          self.up_to, PAGE)
 
@@ -679,7 +711,7 @@ class _Pages:
             rows = self._read(start)
         if rows:
             zoid, tid = rows[-1][:2]
-            self._ahead = (SCAN, start[1], zoid) if start[0] == SCAN \
+            self._ahead = start[:4] + (zoid,) if start[0] == SCAN \
                 else (TAIL, tid, zoid)
             if self._thread is None:
                 self._thread = threading.Thread(

@@ -469,9 +469,14 @@ class IPacker(Interface):
     def clear_refs(cursor):
         """Forget every recorded reference."""
 
-    def scan_page(cursor, scan_tid, zoid, limit):
-        """``[(zoid, tid, state)]``: current revisions up to ``scan_tid``
-        after ``zoid``, by zoid (a first analysis)."""
+    def scan_page(cursor, since, since_zoid, scan_tid, zoid, limit):
+        """``[(zoid, tid, state)]``: current revisions after ``(since,
+        since_zoid)`` in (tid, zoid) order and up to ``scan_tid``, after
+        ``zoid``, by zoid (a first analysis, or many rows written since
+        the last one)."""
+
+    def count_current(cursor):
+        """How many objects have a current revision."""
 
     def tail_page(cursor, tid, zoid, up_to, limit):
         """``[(zoid, tid, state)]``: current revisions after ``(tid,

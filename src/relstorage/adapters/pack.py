@@ -103,11 +103,13 @@ class Packer:
     # pack, of the revisions it keeps that are no longer current): a
     # revision a newer one replaced before any pack looked is removed by
     # the next pack without being read.  Per history mode:
-    COUNT_UP_TO = None          # (tid,) -> current revisions up to tid
     COUNT_AFTER = None          # (tid,) -> current revisions after tid
     # A first analysis reads the current revisions in key order: on a large
     # table that is the order of the pages (InnoDB clusters by key), where
-    # tid order would be a random read per row.  (zoid, scan_tid, limit)
+    # tid order would be a random read per row; so does a later one that
+    # has many to read.  Those after (refs_tid, refs_zoid) in (tid, zoid)
+    # order, up to scan_tid.  (zoid, refs_tid, refs_tid, refs_zoid,
+    # scan_tid, limit)
     SCAN_PAGE = None
     # Later ones read what was written since, in tid order: the rest of one
     # transaction (tid, zoid, limit), then the transactions after it up to
@@ -314,18 +316,19 @@ class Packer:
     def clear_refs(self, cursor):
         self._run(cursor, self.CLEAR_REFS)
 
-    def count_up_to(self, cursor, tid):
-        return self._value(cursor, self.COUNT_UP_TO, (tid,))
-
     def count_after(self, cursor, tid):
         return self._value(cursor, self.COUNT_AFTER, (tid,))
 
     def _states(self, cursor):
         return [(z, t, _bytes(s)) for z, t, s in cursor.fetchall()]
 
-    def scan_page(self, cursor, scan_tid, zoid, limit):
-        self._run(cursor, self.SCAN_PAGE, (zoid, scan_tid, limit))
+    def scan_page(self, cursor, since, since_zoid, scan_tid, zoid, limit):
+        self._run(cursor, self.SCAN_PAGE,
+                  (zoid, since, since, since_zoid, scan_tid, limit))
         return self._states(cursor)
+
+    def count_current(self, cursor):
+        return self._value(cursor, self.COUNT_CURRENT)
 
     def kept_unanalysed(self, cursor, pack_tid, zoid, limit):
         if self.KEPT_UNANALYSED is None:
@@ -518,7 +521,6 @@ class HistoryPreservingMixin:
     """The statements that differ with history (portable forms)."""
 
     keep_history = True
-    COUNT_UP_TO = 'SELECT COUNT(*) FROM current_object WHERE tid <= ?'
     COUNT_AFTER = 'SELECT COUNT(*) FROM current_object WHERE tid > ?'
     # The page of current_object first, as a derived table: joined
     # directly, PostgreSQL without fresh statistics sorted every remaining
@@ -526,7 +528,8 @@ class HistoryPreservingMixin:
     SCAN_PAGE = """
         SELECT c.zoid, c.tid, o.state
         FROM (SELECT zoid, tid FROM current_object
-              WHERE zoid > ? AND tid <= ?
+              WHERE zoid > ? AND (tid > ? OR (tid = ? AND zoid > ?))
+                AND tid <= ?
               ORDER BY zoid
               LIMIT ?) c
         JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
@@ -618,11 +621,11 @@ class HistoryPreservingMixin:
 class HistoryFreeMixin:
 
     keep_history = False
-    COUNT_UP_TO = 'SELECT COUNT(*) FROM object_state WHERE tid <= ?'
+    COUNT_CURRENT = 'SELECT COUNT(*) FROM object_state'
     COUNT_AFTER = 'SELECT COUNT(*) FROM object_state WHERE tid > ?'
     SCAN_PAGE = """
         SELECT zoid, tid, state FROM object_state
-        WHERE zoid > ? AND tid <= ?
+        WHERE zoid > ? AND (tid > ? OR (tid = ? AND zoid > ?)) AND tid <= ?
         ORDER BY zoid
         LIMIT ?"""
     TAIL_SAME = """
