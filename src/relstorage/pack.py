@@ -639,8 +639,9 @@ class _Session:
             self.progress.note('the data of %d blobs removed', removed)
 
 
-#: How _Pages reads a page: current revisions in key order after a zoid,
-#: up to a tid (a first analysis); or those written since a (tid, zoid).
+#: How _Pages reads a page: current revisions written after a (tid, zoid)
+#: and up to a tid, in key order after a zoid (a first analysis, or many
+#: written since the last); or in the order written.
 SCAN, TAIL = 'scan', 'tail'
 
 
@@ -654,10 +655,11 @@ class _Pages:
     the reads, the rest finding and writing the references.)
 
     A page is asked for by where it starts: ``(SCAN, refs_tid,
-    refs_zoid, scan_tid, after zoid)`` or ``(TAIL, tid, after zoid)``.  The page read ahead is the
-    one that starts where the last one ended; it is used only when it
-    starts where the caller asks (the caller's state, in the database,
-    decides), else the page asked for is read then.  The snapshot never
+    refs_zoid, scan_tid, after zoid)`` or ``(TAIL, tid, after zoid)``.
+    The page read ahead is the one that starts where the last one ended;
+    it is used only when it starts where the caller asks (the caller's
+    state, in the database, decides), else the page asked for is read
+    then.  The snapshot never
     changes, so a page read ahead is the page the caller would read.  At
     most one read is under way, and the cursor is only ever used by one
     thread at a time."""

@@ -112,7 +112,18 @@ class _MySQLPacker(Packer):
         holds what it deleted: a deadlock with a committer that writes an
         object this batch deletes (ZODB's PackNowWhileWriting on MariaDB
         10.11 with PyMySQL).  (UPDATE reads locked rows semi-consistently in
-        READ COMMITTED; DELETE does not.)"""
+        READ COMMITTED; DELETE does not.)
+
+        The price: the server deletes the rows of a table that is not the
+        first of a multi-table DELETE's join afterwards, each found again
+        by its key.  Measured on MariaDB 10.11 (200,000 documents): 24 us
+        a revision row, against 14 for a single-table DELETE over the
+        batch's key range that looks each row's object up in pack_batch;
+        in a whole pack, deletions of 18.7 s against 16.2.  Not taken: that
+        range holds objects outside the batch, whose rows such a DELETE
+        reads and locks, waiting for committers that hold them (and, with
+        a committer that writes a garbage object, history-free could
+        deadlock)."""
         cursor.execute(_PACK_BATCH)
         cursor.execute('DELETE FROM pack_batch')
         for start in range(0, len(zoids), _REFS_PER_INSERT):
