@@ -58,15 +58,23 @@ HORIZON = 4096
 #: literal byte is searched for as a string while a class of two bytes is
 #: tried at every position (half the time for a bucket).  It may also
 #: match 8 bytes of an object's own data: a row read ahead for nothing,
-#: or none found, never a wrong load.
+#: or none found, never a wrong load (and past the range of oids,
+#: nothing asked for: oid_ints).
 _OID = re.compile(rb'C\x08(.{8})', re.DOTALL)
 _OID_PROTOCOL_2 = re.compile(rb'U\x08(.{8})', re.DOTALL)
 _OIDS = struct.Struct('>Q')
 
 
+#: Oids are below this (a signed 64-bit column holds them); 8 bytes of an
+#: object's own data that _OID matched may not be.
+_OID_END = 1 << 63
+
+
 def oid_ints(refs):
-    """The 8-byte oids ``refs`` as integers."""
-    return [oid for (oid,) in _OIDS.iter_unpack(b''.join(refs))]
+    """The 8-byte oids ``refs`` as integers, leaving out what cannot be
+    an oid."""
+    return [oid for (oid,) in _OIDS.iter_unpack(b''.join(refs))
+            if oid < _OID_END]
 
 
 def kind_of(state):
