@@ -659,10 +659,9 @@ class _Pages:
     The page read ahead is the one that starts where the last one ended;
     it is used only when it starts where the caller asks (the caller's
     state, in the database, decides), else the page asked for is read
-    then.  The snapshot never
-    changes, so a page read ahead is the page the caller would read.  At
-    most one read is under way, and the cursor is only ever used by one
-    thread at a time."""
+    then.  The snapshot never changes, so a page read ahead is the page
+    the caller would read.  At most one read is under way, and the cursor
+    is only ever used by one thread at a time."""
 
     def __init__(self, packer, cm, snapshot, up_to):
         self.packer = packer

@@ -32,6 +32,8 @@ import re
 import struct
 from collections import deque
 
+from relstorage.tids import MAX_ID
+
 #: Objects referring to more than this many others are not read ahead.
 FAMILY_MAX = 256
 #: At most this many children are remembered per transaction.
@@ -65,16 +67,13 @@ _OID_PROTOCOL_2 = re.compile(rb'U\x08(.{8})', re.DOTALL)
 _OIDS = struct.Struct('>Q')
 
 
-#: Oids are below this (a signed 64-bit column holds them); 8 bytes of an
-#: object's own data that _OID matched may not be.
-_OID_END = 1 << 63
-
-
 def oid_ints(refs):
     """The 8-byte oids ``refs`` as integers, leaving out what cannot be
     an oid."""
+    # 8 bytes of an object's own data that _OID matched may be past what
+    # a signed 64-bit column holds, where no oid is.
     return [oid for (oid,) in _OIDS.iter_unpack(b''.join(refs))
-            if oid < _OID_END]
+            if oid <= MAX_ID]
 
 
 def kind_of(state):
