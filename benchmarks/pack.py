@@ -9,13 +9,17 @@ own interpreter:
 
 1. ``build``: ``--objects`` documents in folders, updates, then half of
    them made unreachable (the same graph on both sides, from ``--seed``);
-2. the writer alone for ``--writer-seconds``: small commits, their latency
-   (p50, p99) without a pack;
+2. the server settles: on MariaDB, a wait until InnoDB's purge has caught
+   up with the build (``backends.MariaDB.settle``; the same for both
+   sides, its seconds in the record), then the writer alone for
+   ``--writer-seconds``: small commits, their latency (p50, p99) without
+   a pack;
 3. the first pack, to now, by the side's ``zodbpack`` in a subprocess,
    while the writer runs throughout: the pack's wall time, the writer's
    latency during it, and the pack process's peak RSS (``os.wait4``);
 4. ``grow``: ``--grow`` of the built size again (adds, updates, removals);
-5. the second pack, alone: its wall time and peak RSS;
+5. the server settles again, then the second pack, alone: its wall time
+   and peak RSS;
 6. ``count``: every object reachable from the root loaded through the
    storage (a pack that removed one fails here), and the documents found
    checked against the count the workload keeps.
@@ -274,6 +278,15 @@ def writer_alone(side, config, tag, args):
     return writer.stop()
 
 
+def settle(database, where, args):
+    """Let the server finish the background work of the steps before
+    (backends.MariaDB.settle) before a timed step; the seconds it took."""
+    seconds = database.settle(args.timeout)
+    if seconds >= 1:
+        log(f'{where}: server settled in {seconds:.0f}s')
+    return seconds
+
+
 def one_side(side, database, backend, mode, args):
     """Every step for one side; returns its record (with ``error`` when a
     step failed: the steps before it stand)."""
@@ -297,6 +310,9 @@ def one_side(side, database, backend, mode, args):
         log(f'{where}: built in {record["build"]["seconds"]:.1f}s '
             f'({record["build"]["live"]:,} documents reachable)')
         record['rows']['built'] = table_rows(database, backend, name)
+
+        step = 'settle'
+        record['settle'] = {'built': settle(database, where, args)}
 
         step = 'writer alone'
         log(f'{where}: writer alone, {args.writer_seconds:g}s')
@@ -333,6 +349,9 @@ def one_side(side, database, backend, mode, args):
                                            args.grow, timeout=args.timeout)
             record['grow'].pop('info', None)
             record['rows']['grown'] = table_rows(database, backend, name)
+
+            step = 'settle'
+            record['settle']['grown'] = settle(database, where, args)
 
             step = 'second pack'
             log(f'{where}: second pack')
@@ -378,6 +397,8 @@ def figures(record):
     out = {
         'build': get('build', 'seconds'),
         'grow': get('grow', 'seconds'),
+        'settle_built': get('settle', 'built'),
+        'settle_grown': get('settle', 'grown'),
         'alone_p50': get('writer_alone', 'latency', 'p50'),
         'alone_p99': get('writer_alone', 'latency', 'p99'),
         'pack1': get('pack1', 'seconds'),
@@ -425,6 +446,7 @@ def fmt(value, unit):
 #: in the ratio column; target (kind, value) is checked on ours.
 ROWS = (
     ('build', 'build ({objects:,} documents)', 's', 'time', None),
+    ('settle_built', 'server settling after the build', 's', None, None),
     ('alone_p50', 'writer alone, p50', 'ms', None, None),
     ('alone_p99', 'writer alone, p99', 'ms', None, None),
     ('pack1', 'first pack (writer running)', 's', 'time',
@@ -436,6 +458,7 @@ ROWS = (
     ('rss1', 'pack process peak RSS, first', 'MiB', None,
      ('below', PEAK_RSS_MB)),
     ('grow', 'grow (+{grow:.0%})', 's', 'time', None),
+    ('settle_grown', 'server settling after the grow', 's', None, None),
     ('pack2', 'second pack (alone)', 's', 'time', None),
     ('second_over_first', 'second pack / first pack', 'x', None,
      ('at most', SECOND_OVER_FIRST)),
