@@ -613,6 +613,7 @@ class _Session:
                 pacer.pause(started)
         finally:
             progress.end_phase()
+            pacer.report(progress)
 
     # -- blobs -------------------------------------------------------------
 
@@ -637,6 +638,7 @@ class _Session:
             pacer.pause(started)
         if removed:
             self.progress.note('the data of %d blobs removed', removed)
+            pacer.report(self.progress)
 
 
 #: How _Pages reads a page: current revisions written after a (tid, zoid)
@@ -749,14 +751,32 @@ class _Pacer:
         self.size = FIRST_BATCH
         self.last_tid = last_tid
         self.seen = last_tid()
+        #: Batches done, how many were followed by a pause, and the
+        #: seconds paused in all (for the phase's last line).
+        self.batches = self.pauses = 0
+        self.paused = 0.0
 
     def pause(self, started):
         busy = time.monotonic() - started
+        self.batches += 1
         if busy > 0 and self.target > 0:
             factor = min(2.0, max(0.25, self.target / busy))
             self.size = int(min(MAX_BATCH, max(MIN_BATCH, self.size * factor)))
         if self.duty < 1.0:
             seen, self.seen = self.seen, self.last_tid()
             if self.seen != seen:
-                time.sleep(min(busy * (1.0 - self.duty) / self.duty,
-                               self.max_delay))
+                delay = min(busy * (1.0 - self.duty) / self.duty,
+                            self.max_delay)
+                time.sleep(delay)
+                self.pauses += 1
+                self.paused += delay
+
+    def report(self, progress):
+        """Say how much of the phase was pauses, when there were any: an
+        administrator who finds the deletions slow should know that part
+        of their time was left to other clients on purpose."""
+        if self.pauses:
+            progress.note(
+                '%d of %d batches followed by a pause while other clients '
+                'committed, %.1fs in all (pack-duty-cycle %g)',
+                self.pauses, self.batches, self.paused, self.duty)
