@@ -52,9 +52,10 @@ class PostgreSQL:
         self._admin(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
 
     def settle(self, timeout):
-        """Nothing to wait for: PostgreSQL removes dead row versions in
-        (auto)vacuum, not in a queue that deletes must share (see
-        MariaDB.settle).  Returns the seconds waited."""
+        """Nothing is waited for: PostgreSQL leaves dead row versions to
+        (auto)vacuum, which no delete waits for, and has no purge backlog
+        like InnoDB's (see MariaDB.settle); its dirty buffers were not
+        measured here.  Returns the seconds waited."""
         return 0.0
 
     def server_version(self):
@@ -127,10 +128,11 @@ class MariaDB:
         dirtied back; returns the seconds waited.  Nothing else writes
         meanwhile.
 
-        Right after a build of a million objects, the buffer pool (128 MB
-        on this machine, for about 1.5 GB of data) is mostly dirty and the
-        purge threads still apply the build's removals: every page the next
-        step reads first costs a page written back, shared with the purge.
+        With a million objects the buffer pool (128 MB on this machine,
+        for about 1.5 GB of data) can be mostly dirty (90 % during a pack),
+        and after the build the purge threads still apply its removals:
+        while that lasts, a page the next step reads first costs a page
+        written back, and the disk is shared with the purge.
         A site packs a database written over months, not minutes, so each
         side's timed steps start on a settled server: the same wait for
         both implementations."""
