@@ -72,6 +72,8 @@ FIRST_PACK_SPEEDUP = 5.0     # RS 4.3's first pack time / ours, at least
 SECOND_OVER_FIRST = 0.2      # our second pack / our first, at most
 P99_GROWTH = 2.0             # writer p99 during the pack / alone, at most
 PEAK_RSS_MB = 500            # the pack process's peak RSS, below
+SLOWEST = 50                 # the writer's slowest commits kept, with times
+LOG_LINES = 400              # the last lines of each pack's log kept
 
 perf = time.perf_counter
 _started = perf()
@@ -216,8 +218,13 @@ class Side(blobs.Side):
             cmd = self.command('pack', config, '--days', days)
             how = 'pack_workload.py pack (no zodbpack)'
         seconds, rss = run_measured(cmd, logfile, timeout)
+        # The log's lines, kept with the record (the work directory goes):
+        # their times (UTC) set against the writer's slowest commits tell
+        # which step of the pack slowed it.
+        lines = Path(logfile).read_text(errors='replace').splitlines()
         return {'seconds': seconds, 'peak_rss_mb': rss, 'how': how,
-                'command': ' '.join(str(c) for c in cmd), 'log': str(logfile)}
+                'command': ' '.join(str(c) for c in cmd), 'log': str(logfile),
+                'log_tail': lines[-LOG_LINES:]}
 
 
 def table_rows(database, backend, name):
@@ -266,9 +273,14 @@ class Writer:
     def stop(self):
         self.files['stop'].touch()
         summary = self.child.result(600)
-        latencies = json.loads(self.files['latencies'].read_text())
+        timed = json.loads(self.files['latencies'].read_text())
         summary.pop('info', None)
-        return dict(summary, latency=latency_figures(latencies))
+        slowest = sorted(timed, key=lambda pair: -pair[1])[:SLOWEST]
+        return dict(summary,
+                    latency=latency_figures([s for _, s in timed]),
+                    slowest=[[time.strftime('%H:%M:%S', time.gmtime(at))
+                              + f'.{int(at % 1 * 1000):03d}', seconds]
+                             for at, seconds in slowest])
 
 
 def writer_alone(side, config, tag, args):

@@ -45,8 +45,9 @@ document from its number alone.
     ``--ready`` (if given); from then on the time of each commit (from
     ``transaction.begin()`` to the end of ``commit()``, the lookups and
     any retry included: a commit that raises is retried up to 5 times,
-    and the errors are counted by type) is recorded and written to ``--out`` as a
-    JSON list of seconds.
+    and the errors are counted by type) is recorded and written to
+    ``--out`` as a JSON list of ``[start, seconds]``, the start in seconds
+    since the epoch (to be set against a pack's log).
 ``count``
     Walks the graph from the root through the storage (``load`` of each
     reachable oid, references found with ``ZODB.serialize.referencesf``),
@@ -393,7 +394,7 @@ def cmd_writer(args):
         # The same choices on a retry: a state of the generator per commit.
         state = rng.getstate()
         attempts = 0
-        begin = perf()
+        begin, begin_at = perf(), time.time()
         while True:
             try:
                 transaction.begin()
@@ -418,7 +419,7 @@ def cmd_writer(args):
         if done == args.warmup and args.ready:
             Path(args.ready).touch()
         elif done > args.warmup:
-            latencies.append(end - begin)
+            latencies.append((begin_at, end - begin))
         if args.pause:
             time.sleep(args.pause)
     if done <= args.warmup and args.ready:
