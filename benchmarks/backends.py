@@ -58,12 +58,62 @@ class PostgreSQL:
         measured here.  Returns the seconds waited."""
         return 0.0
 
+    def activity(self, name):
+        """What the server does behind the clients, for the samples of
+        pack.py's ServerSampler: checkpoints (counters, and whether the
+        checkpointer is writing one now), WAL written and its full-page
+        images, and the tables (auto)vacuum is working on in database
+        ``name``.  Counters are cumulative."""
+        conn = self.psycopg2.connect(self.dsn(name))
+        conn.autocommit = True
+        try:
+            cur = conn.cursor()
+            cur.execute('SELECT checkpoints_timed + checkpoints_req, '
+                        'buffers_checkpoint, buffers_backend '
+                        'FROM pg_stat_bgwriter')
+            checkpoints, written_checkpoint, written_backend = cur.fetchone()
+            cur.execute('SELECT wal_bytes, wal_fpi FROM pg_stat_wal')
+            wal_bytes, wal_fpi = cur.fetchone()
+            # The checkpointer waits on CheckpointerMain between
+            # checkpoints; writing one, on CheckpointWriteDelay or nothing.
+            cur.execute("SELECT COALESCE(wait_event, '') FROM "
+                        "pg_stat_activity WHERE backend_type = "
+                        "'checkpointer'")
+            row = cur.fetchone()
+            checkpointing = bool(row) and row[0] != 'CheckpointerMain'
+            cur.execute('SELECT relid::regclass::text, phase '
+                        'FROM pg_stat_progress_vacuum '
+                        'WHERE datname = current_database() ORDER BY 1')
+            vacuums = [f'{rel} ({phase})' for rel, phase in cur.fetchall()]
+            return {'checkpoints': checkpoints,
+                    'checkpointing': checkpointing,
+                    'buffers_checkpoint': written_checkpoint,
+                    'buffers_backend': written_backend,
+                    'wal_mb': round(float(wal_bytes) / 2**20, 1),
+                    'wal_fpi': wal_fpi, 'vacuum': vacuums}
+        finally:
+            conn.close()
+
     def server_version(self):
         conn = self.psycopg2.connect(self.dsn('postgres'))
         try:
             cur = conn.cursor()
             cur.execute('SHOW server_version')
             return cur.fetchone()[0]
+        finally:
+            conn.close()
+
+    def settings(self):
+        """The server settings a pack's speed depends on most."""
+        conn = self.psycopg2.connect(self.dsn('postgres'))
+        try:
+            cur = conn.cursor()
+            cur.execute("SELECT name, current_setting(name) "
+                        "FROM pg_settings WHERE name IN ("
+                        "'shared_buffers', 'max_wal_size', "
+                        "'checkpoint_timeout', 'synchronous_commit', "
+                        "'autovacuum') ORDER BY 1")
+            return dict(cur.fetchall())
         finally:
             conn.close()
 
@@ -154,6 +204,30 @@ class MariaDB:
             time.sleep(2.0)
         return time.monotonic() - started
 
+    def activity(self, name):
+        """What InnoDB does behind the clients (see PostgreSQL.activity):
+        the purge backlog, dirty pages, pages written back and redo
+        written.  Counters are cumulative."""
+        history, dirty, pages = self.background_work()
+        status = dict(self._admin(
+            "SHOW GLOBAL STATUS WHERE Variable_name IN "
+            "('Innodb_buffer_pool_pages_flushed', 'Innodb_os_log_written', "
+            "'Innodb_data_reads')"))
+        return {'history': history, 'dirty': dirty, 'pages': pages,
+                'flushed': int(status['Innodb_buffer_pool_pages_flushed']),
+                'reads': int(status['Innodb_data_reads']),
+                'redo_mb': round(int(status['Innodb_os_log_written'])
+                                 / 2**20, 1)}
+
+    def settings(self):
+        """The server settings a pack's speed depends on most."""
+        (pool, log, flush), = self._admin(
+            'SELECT @@innodb_buffer_pool_size, @@innodb_log_file_size, '
+            '@@innodb_flush_log_at_trx_commit')
+        return {'innodb_buffer_pool_size': int(pool),
+                'innodb_log_file_size': int(log),
+                'innodb_flush_log_at_trx_commit': int(flush)}
+
     def server_version(self):
         return self._admin('SELECT version()')[0][0]
 
@@ -192,6 +266,13 @@ class SQLite:
     def settle(self, timeout):
         """Nothing runs behind an embedded database."""
         return 0.0
+
+    def activity(self, name):
+        """Nothing runs behind an embedded database."""
+        return None
+
+    def settings(self):
+        return {}
 
     def server_version(self):
         import sqlite3
@@ -254,12 +335,15 @@ def open_tables(database, backend, name):
 
 
 
-def relstorage_zconfig(database, impl, name, keep_history):
-    """The ZConfig text both implementations accept for one storage."""
+def relstorage_zconfig(database, impl, name, keep_history, options=()):
+    """The ZConfig text both implementations accept for one storage, with
+    ``options`` (lines ``key value``) added to the ``<relstorage>``
+    section."""
     return (f'%import relstorage\n<relstorage>\n'
             f'  keep-history {"true" if keep_history else "false"}\n'
             + (f'  cache-local-mb {CACHE_LOCAL_MB:g}\n'
-               if CACHE_LOCAL_MB is not None else '') +
+               if CACHE_LOCAL_MB is not None else '')
+            + ''.join(f'  {line}\n' for line in options) +
             f'{database.adapter(impl, name)}\n</relstorage>\n')
 
 

@@ -73,6 +73,7 @@ SECOND_OVER_FIRST = 0.2      # our second pack / our first, at most
 P99_GROWTH = 2.0             # writer p99 during the pack / alone, at most
 PEAK_RSS_MB = 500            # the pack process's peak RSS, below
 SLOWEST = 50                 # the writer's slowest commits kept, with times
+SAMPLE_EVERY = 1.0           # seconds between two samples of the server
 LOG_LINES = 400              # the last lines of each pack's log kept
 
 perf = time.perf_counter
@@ -278,9 +279,77 @@ class Writer:
         slowest = sorted(timed, key=lambda pair: -pair[1])[:SLOWEST]
         return dict(summary,
                     latency=latency_figures([s for _, s in timed]),
-                    slowest=[[time.strftime('%H:%M:%S', time.gmtime(at))
-                              + f'.{int(at % 1 * 1000):03d}', seconds]
-                             for at, seconds in slowest])
+                    slowest=[[utc(at), seconds] for at, seconds in slowest])
+
+
+class ServerSampler:
+    """Samples what the server does behind the clients (checkpoints, WAL,
+    autovacuum; InnoDB's purge backlog and page writes: the backends'
+    ``activity``) every SAMPLE_EVERY seconds in a thread of its own, so
+    that a slow commit of the writer can be set against them by its
+    time."""
+
+    def __init__(self, database, name):
+        self.database, self.name = database, name
+        self.samples = []
+        self.error = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name='server sampler')
+        self._thread.start()
+
+    def _run(self):
+        while True:
+            at = time.time()
+            try:
+                sample = self.database.activity(self.name)
+            except Exception as e:  # the figures are a help, not a step
+                self.error = f'{type(e).__name__}: {e}'
+                return
+            if sample is None:
+                return
+            self.samples.append([utc(at), sample])
+            if self._stop.wait(SAMPLE_EVERY):
+                return
+
+    def stop(self):
+        """``{'samples': [[utc, activity], ...], 'summary': {...}}``."""
+        self._stop.set()
+        self._thread.join()
+        out = {'samples': self.samples,
+               'summary': activity_summary(self.samples)}
+        if self.error:
+            out['error'] = self.error
+        return out
+
+
+def activity_summary(samples):
+    """Counters as the difference between the first sample and the last,
+    flags and lists as the seconds sampled with each value."""
+    if not samples:
+        return {}
+    first, last = samples[0][1], samples[-1][1]
+    out = {}
+    for key, value in last.items():
+        if isinstance(value, bool) or isinstance(value, list):
+            seen = collections.Counter()
+            for _, sample in samples:
+                values = sample[key]
+                for item in (values if isinstance(values, list)
+                             else [key] if values else []):
+                    seen[item] += 1
+            out[key] = {item: count * SAMPLE_EVERY
+                        for item, count in seen.items()}
+        elif key in ('dirty', 'pages', 'history'):
+            out[f'{key}_max'] = max(sample[key] for _, sample in samples)
+        else:
+            out[key] = round(value - first[key], 1)
+    return out
+
+
+def utc(at):
+    return (time.strftime('%H:%M:%S', time.gmtime(at))
+            + f'.{int(at % 1 * 1000):03d}')
 
 
 def writer_alone(side, config, tag, args):
@@ -306,9 +375,13 @@ def one_side(side, database, backend, mode, args):
     name = f'packbench_{side.impl}_{mode}'
     tag = f'{backend}-{mode}-{side.impl}'
     config = WORK / f'{tag}.conf'
-    config.write_text(relstorage_zconfig(database, side.impl, name,
-                                         MODES[mode][1]))
+    config.write_text(relstorage_zconfig(
+        database, side.impl, name, MODES[mode][1],
+        args.ours_option if side.impl == 'ours' else ()))
     record = {'database': name, 'config': str(config), 'rows': {},
+              'server_settings': database.settings(),
+              'options': list(args.ours_option) if side.impl == 'ours'
+              else [],
               'src': src_digest() if side.impl == 'ours' else None}
     where = f'{TITLES[backend]} {mode} {side.label}'
     step = 'create'
@@ -336,12 +409,16 @@ def one_side(side, database, backend, mode, args):
         how = 'zodbpack' if side.zodbpack else 'pack_workload.py pack'
         log(f'{where}: first pack ({how}), with the writer')
         writer = Writer(side, config, f'{tag}-pack', args)
+        sampler = None
         try:
             writer.wait_ready()
+            sampler = ServerSampler(database, name)
             record['pack1'] = side.pack(config, args.days,
                                         WORK / f'{tag}-pack1.log',
                                         args.timeout)
         finally:
+            if sampler is not None:
+                record['server_pack1'] = sampler.stop()
             try:
                 record['writer_pack'] = writer.stop()
             except WorkloadFailed as e:
@@ -350,6 +427,9 @@ def one_side(side, database, backend, mode, args):
                 log(f'  the writer failed too: {e}')
         log(f'{where}: first pack {record["pack1"]["seconds"]:.1f}s, peak '
             f'RSS {record["pack1"]["peak_rss_mb"]:.0f} MiB')
+        if record.get('server_pack1', {}).get('summary'):
+            log(f'{where}: the server during the first pack: '
+                f'{json.dumps(record["server_pack1"]["summary"])}')
         record['rows']['pack1'] = table_rows(database, backend, name)
 
         if side.impl == 'ref' and args.ref_first_pack_only:
@@ -593,6 +673,11 @@ def parse_args(argv):
     parser.add_argument('--quick', action='store_true',
                         help='a small run: a smoke test, not a measurement')
     parser.add_argument('--seed', type=int, default=1)
+    parser.add_argument('--ours-option', action='append', default=[],
+                        metavar='"KEY VALUE"',
+                        help='a line added to our <relstorage> section '
+                        '(repeatable), e.g. "pack-duty-cycle 1.0"; the '
+                        'results record it')
     parser.add_argument('--ref-first-pack-only', action='store_true',
                         help="skip RS 4.3's grow and second pack (no target "
                         'needs them; at a million documents its second '
@@ -670,6 +755,14 @@ def main(argv=None):
         f'commit; writer alone {args.writer_seconds:g}s; packs to now '
         f'(--days={args.days:g}), times are the pack process\'s wall time '
         f'(start-up included); grow: +{args.grow:.0%} of the build.', '']
+    if args.ours_option:
+        lines[-1:-1] = [f'Our <relstorage> section adds: '
+                        f'{"; ".join(args.ours_option)} (--ours-option).']
+    for backend, database in databases.items():
+        settings = database.settings()
+        if settings:
+            lines[-1:-1] = [f'{TITLES[backend]} settings: ' + ', '.join(
+                f'{k}={v}' for k, v in settings.items())]
     print('\n'.join(lines), flush=True)
 
     results, checks = {}, []
@@ -712,7 +805,7 @@ def main(argv=None):
         'settings': {k: getattr(args, k) for k in (
             'backends', 'modes', 'sides', 'objects', 'quick', 'seed', 'grow',
             'writer_seconds', 'writer_pause', 'days', 'ours_zodbpack',
-            'ref_zodbpack')},
+            'ref_zodbpack', 'ours_option', 'ref_first_pack_only')},
         'results': results,
         'summary': {b: {m: {impl: figures(r) for impl, r in records.items()}
                         for m, records in modes.items()}
