@@ -57,7 +57,7 @@ class _OraclePacker(Packer):
         SELECT p.zoid, p.keep_tid,
                CASE WHEN x.zoid IS NULL OR p.keep_null = 1 THEN 1 ELSE 0 END
         FROM pack_object p
-        LEFT JOIN pack_reached x ON x.zoid = p.zoid
+        LEFT JOIN pack_reached x ON x.zoid = p.zoid AND x.zoid > ?
         WHERE p.zoid > ?
           AND (x.zoid IS NULL OR p.keep_null = 1 OR p.has_older = 1)
         ORDER BY p.zoid
