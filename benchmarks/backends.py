@@ -5,6 +5,7 @@ ZEO server over a FileStorage.
 Used by run.py and trace.py, always in the project's interpreter (which has
 psycopg2 and mysqlclient from the test extra).
 """
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -36,13 +37,21 @@ class PostgreSQL:
     def dsn(self, dbname):
         return f'{self.base} dbname={dbname}'
 
-    def _admin(self, statement):
-        conn = self.psycopg2.connect(self.dsn('postgres'))
+    @contextlib.contextmanager
+    def _cursor(self, dbname='postgres'):
+        """A cursor of a connection of its own to ``dbname``, in autocommit
+        mode (CREATE DATABASE runs outside a transaction); the connection
+        is closed afterwards."""
+        conn = self.psycopg2.connect(self.dsn(dbname))
         conn.autocommit = True
         try:
-            conn.cursor().execute(statement)
+            yield conn.cursor()
         finally:
             conn.close()
+
+    def _admin(self, statement):
+        with self._cursor() as cur:
+            cur.execute(statement)
 
     def create(self, name):
         self.drop(name)
@@ -64,10 +73,7 @@ class PostgreSQL:
         checkpointer is writing one now), WAL written and its full-page
         images, and the tables (auto)vacuum is working on in database
         ``name``.  Counters are cumulative."""
-        conn = self.psycopg2.connect(self.dsn(name))
-        conn.autocommit = True
-        try:
-            cur = conn.cursor()
+        with self._cursor(name) as cur:
             cur.execute('SELECT checkpoints_timed + checkpoints_req, '
                         'buffers_checkpoint, buffers_backend '
                         'FROM pg_stat_bgwriter')
@@ -91,31 +97,21 @@ class PostgreSQL:
                     'buffers_backend': written_backend,
                     'wal_mb': round(float(wal_bytes) / 2**20, 1),
                     'wal_fpi': wal_fpi, 'vacuum': vacuums}
-        finally:
-            conn.close()
 
     def server_version(self):
-        conn = self.psycopg2.connect(self.dsn('postgres'))
-        try:
-            cur = conn.cursor()
+        with self._cursor() as cur:
             cur.execute('SHOW server_version')
             return cur.fetchone()[0]
-        finally:
-            conn.close()
 
     def settings(self):
         """The server settings a pack's speed depends on most."""
-        conn = self.psycopg2.connect(self.dsn('postgres'))
-        try:
-            cur = conn.cursor()
+        with self._cursor() as cur:
             cur.execute("SELECT name, current_setting(name) "
                         "FROM pg_settings WHERE name IN ("
                         "'shared_buffers', 'max_wal_size', "
                         "'checkpoint_timeout', 'synchronous_commit', "
                         "'autovacuum') ORDER BY 1")
             return dict(cur.fetchall())
-        finally:
-            conn.close()
 
     def adapter(self, impl, name):
         """The ``<postgresql>`` section of either implementation."""

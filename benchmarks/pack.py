@@ -331,7 +331,7 @@ def activity_summary(samples):
     first, last = samples[0][1], samples[-1][1]
     out = {}
     for key, value in last.items():
-        if isinstance(value, bool) or isinstance(value, list):
+        if isinstance(value, (bool, list)):
             seen = collections.Counter()
             for _, sample in samples:
                 values = sample[key]
