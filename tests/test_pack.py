@@ -782,6 +782,29 @@ def test_the_analysis_runs_in_a_transaction_committers_pass(
     db.close()
 
 
+def test_postgresql_packs_without_jit(open_storage, backend, monkeypatch):
+    """The pack's session switches JIT compilation off (server default:
+    on), so that the deletion batches, each a few short statements, are
+    not compiled over and over."""
+    if not backend.name.startswith('postgresql'):
+        pytest.skip('a PostgreSQL setting')
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    _build(db, 20)
+    packer = storage._adapter.packer
+    doomed = packer.doomed
+    seen = []
+
+    def doomed_in_session(cursor, gc, after, limit):
+        cursor.execute('SHOW jit')
+        seen.append(cursor.fetchone()[0])
+        return doomed(cursor, gc, after, limit)
+    monkeypatch.setattr(packer, 'doomed', doomed_in_session)
+    _pack(storage)
+    assert seen and set(seen) == {'off'}, seen
+    db.close()
+
+
 def test_the_packer_provides_its_interface(open_storage):
     from relstorage.adapters.interfaces import IPacker
     from zope.interface.verify import verifyObject

@@ -177,6 +177,8 @@ class _Session:
         try:
             with self.cm.translate('packing'):
                 self._release = self.packer.try_lock(self.conn, self.cursor)
+                if self._release is not None:
+                    self.packer.prepare_session(self.cursor)
         except BaseException:
             self.cm.close(self.conn, self.cursor)
             raise

@@ -454,6 +454,10 @@ class IPacker(Interface):
         """Take the database's pack lock without waiting: a function that
         releases it, or None when another pack holds it."""
 
+    def prepare_session(cursor):
+        """Session settings of the pack's own connection, once it holds
+        the pack lock."""
+
     def oldest_transaction(cursor):
         """The start (seconds since the epoch) of the oldest transaction
         another session of the database has open, or None."""

@@ -300,6 +300,10 @@ class Packer:
         connection (or the end of the process) releases it too."""
         raise NotImplementedError
 
+    def prepare_session(self, cursor):
+        """Session settings of the pack's own connection (after
+        ``try_lock``); none by default."""
+
     def oldest_transaction(self, cursor):
         """The start (seconds since the epoch, the server's clock) of the
         oldest transaction still open in a session of this database that
