@@ -4,6 +4,7 @@ a pack, and the result compared with FileStorage's pack of the same
 history.  (zodbpack as a command: test_zodbpack.py.)"""
 import contextlib
 import random
+import re
 import threading
 import time
 import types
@@ -481,7 +482,16 @@ def test_what_was_reachable_at_the_pack_time_stays(open_storage,
     del root['a']['x']
     transaction.commit()
     conn.close()
-    storage.pack(t, referencesf)
+    progress = Recorder()
+    storage.pack(t, referencesf, progress=progress)
+    # Said when it read any (history-preserving, when no earlier analysis
+    # recorded the references of that revision while it was current).
+    said = [note for note in progress.notes
+            if 'kept revisions no longer current' in note]
+    assert len(said) == (keep_history and not analysed_before), said
+    assert all(re.fullmatch(r'references of 1 kept revisions no longer '
+                            r'current recorded in \d+\.\ds', note)
+               for note in said), said
     # History-preserving: x was reachable at the pack time and stays (with
     # the revision of 'a' that refers to it).  History-free has no such
     # revision any more: x is garbage (docs/operations.rst).

@@ -375,17 +375,23 @@ class _Session:
         current (objects changed after the pack tid), where none are
         recorded."""
         packer, cursor = self.packer, self.cursor
-        after = -1
+        after, count, started = -1, 0, time.monotonic()
         while True:
             self._check_stop()
 
             def page():
                 rows = packer.kept_unanalysed(cursor, pack_tid, after, PAGE)
                 self._record_refs(rows)
-                return rows[-1][0] if rows else None
-            after = self.write(page)
+                return (rows[-1][0], len(rows)) if rows else (None, 0)
+            after, found = self.write(page)
+            count += found
             if after is None:
-                return
+                break
+        seconds = time.monotonic() - started
+        if count or seconds >= 1:
+            self.progress.note('references of %s kept revisions no longer '
+                               'current recorded in %.1fs', f'{count:,}',
+                               seconds)
 
     def _walk(self, depth, commit_steps=False):
         """Walk from the objects reached at ``depth``; each step in the
