@@ -504,6 +504,47 @@ def test_what_was_reachable_at_the_pack_time_stays(open_storage,
     db.close()
 
 
+def test_kept_revisions_to_read_are_found_past_pages_of_none(
+        open_storage, keep_history):
+    """kept_unanalysed pages through the objects changed after the pack
+    tid; pages where every kept revision already has its references
+    recorded do not end the search."""
+    if not keep_history:
+        pytest.skip('history-free keeps no revision that is not current')
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    conn = db.open()
+    root = conn.root()
+    # (Each refers to an object: one without references has no rows in
+    # object_ref, and counts as not analysed.)
+    for index in range(5):
+        root[f'a{index}'] = PersistentMapping({'c': PersistentMapping()})
+    transaction.commit()
+    _pack(storage, prepack_only=True)   # their references are recorded
+    root['b'] = PersistentMapping({'c': PersistentMapping()})
+    transaction.commit()
+    pack_tid = u64(root['b']._p_serial)
+    b_zoid = u64(root['b']._p_oid)
+    for index in range(5):
+        root[f'a{index}']['x'] = 1
+    root['b']['x'] = 1
+    transaction.commit()
+    conn.close()
+    _fill_whole(storage, pack_tid)
+    cm = storage._adapter.connmanager
+    packer = storage._adapter.packer
+    raw = cm.connect()
+    cursor = raw.cursor()
+    try:
+        # Two objects a page: a0 a1, a2 a3, then a4 and b.
+        rows = packer.kept_unanalysed(cursor, pack_tid, -1, 2)
+        assert [(zoid, tid) for zoid, tid, _ in rows] == [(b_zoid, pack_tid)]
+        assert packer.kept_unanalysed(cursor, pack_tid, b_zoid, 2) == []
+    finally:
+        cm.close(raw, cursor)
+    db.close()
+
+
 def test_without_gc_no_references_are_read(open_storage):
     storage = open_storage(pack_gc=False)
     db = ZODB.DB(storage)

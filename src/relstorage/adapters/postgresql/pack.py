@@ -12,6 +12,8 @@ from relstorage.adapters.pack import HistoryFreeMixin
 from relstorage.adapters.pack import HistoryPreservingMixin
 from relstorage.adapters.pack import Packer
 
+from .drivers import oid_array
+
 #: The advisory lock key of packing (an arbitrary constant, 'RSPACK').
 PACK_LOCK = 0x5253_5041_434b
 
@@ -120,6 +122,48 @@ _DELETE_OLD = """
 
 
 class HistoryPreservingPacker(HistoryPreservingMixin, _PostgreSQLPacker):
+
+    # The kept revisions no longer current, in two steps: a page of the
+    # objects changed after the pack tid, then those of them whose kept
+    # revision has no references recorded.  As one statement (the
+    # portable KEPT_UNANALYSED), without statistics on pack_object (just
+    # filled) PostgreSQL 15 may walk pack_object in key order and read
+    # each object's kept state, to find the few changed ones: at 200,000
+    # documents that plan took 1.3 s against 0.05 for a hash join, and at
+    # 1,000,000 the step took 5.1-7.7 s where it found nothing to read.
+    # The changed objects come through current_object_tid, then sorted
+    # (OFFSET 0 keeps the planner from walking the primary key in order
+    # instead, reading every row: 70-100 ms at 200,000 documents against
+    # 0.1).  Each page sorts all the changed objects after the last one:
+    # cheap for the changes made since a pack time, which are few.
+    KEPT_CHANGED = """
+        SELECT zoid
+        FROM (SELECT zoid FROM current_object
+              WHERE tid > %s AND zoid > %s
+              OFFSET 0) c
+        ORDER BY zoid
+        LIMIT %s"""
+    KEPT_UNANALYSED_OF = """
+        SELECT p.zoid, p.keep_tid, o.state
+        FROM unnest(%s::bigint[]) AS c(zoid)
+        JOIN pack_object p ON p.zoid = c.zoid
+        JOIN object_state o ON o.zoid = p.zoid AND o.tid = p.keep_tid
+        WHERE NOT EXISTS (SELECT 1 FROM object_ref r
+                          WHERE r.zoid = p.zoid AND r.tid = p.keep_tid)
+        ORDER BY p.zoid"""
+
+    def kept_unanalysed(self, cursor, pack_tid, zoid, limit):
+        while True:
+            cursor.execute(self.KEPT_CHANGED, (pack_tid, zoid, limit))
+            changed = [row[0] for row in cursor.fetchall()]
+            if not changed:
+                return []
+            cursor.execute(self.KEPT_UNANALYSED_OF, (oid_array(changed),))
+            rows = self._states(cursor)
+            if rows:
+                return rows
+            # None of this page's needed reading: the next page.
+            zoid = changed[-1]
 
     LOCK_GARBAGE = """
         SELECT zoid FROM current_object WHERE zoid = ANY(%s)
