@@ -66,10 +66,11 @@ class PostgreSQL:
         baseline (pack.py's writer alone, right after the build) could run
         during a checkpoint the build's WAL had started: on the slower of
         this project's machines its p99 was 81.7 ms (1,000,000 documents,
-        2026-11-26) against 7-17 ms in earlier runs (not sampled then).  PostgreSQL leaves dead row
-        versions to (auto)vacuum, which no delete waits for, and has no
-        purge backlog like InnoDB's (see MariaDB.settle).  Returns the
-        seconds it took (``timeout`` is the server's business here)."""
+        2026-11-26) against 7-17 ms in earlier runs (not sampled then).
+        PostgreSQL leaves dead row versions to (auto)vacuum, which no
+        delete waits for, and has no purge backlog like InnoDB's (see
+        MariaDB.settle).  Returns the seconds it took (``timeout`` is the
+        server's business here)."""
         started = time.monotonic()
         with self._cursor() as cur:
             cur.execute('CHECKPOINT')
