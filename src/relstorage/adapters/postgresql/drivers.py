@@ -22,6 +22,8 @@ _INT8 = struct.pack('!i', 8)
 # field, a third of the COPY's time.
 _STAGED_HEAD = struct.Struct('!hiqiqi').pack
 _STAGED_TAIL = struct.Struct('!iqiqiq').pack
+# A row of three ints (a reference: zoid, tid, to_zoid), packed whole.
+_THREE_INTS = struct.Struct('!hiqiqiq').pack
 
 
 def binary_copy_data(rows):
@@ -32,6 +34,11 @@ def binary_copy_data(rows):
     pack_q = struct.Struct('!q').pack
     pack_i = struct.Struct('!i').pack
     for row in rows:
+        if len(row) == 3 and type(row[2]) is int:
+            zoid, tid, to_zoid = row
+            if type(zoid) is int and type(tid) is int:
+                append(_THREE_INTS(3, 8, zoid, 8, tid, 8, to_zoid))
+                continue
         if (len(row) == 6 and type(row[1]) is int
                 and type(row[2]) is bytes):
             oid, prev, state, size, data_txn, ord_ = row
