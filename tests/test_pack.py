@@ -856,6 +856,51 @@ def test_postgresql_packs_without_jit(open_storage, backend, monkeypatch):
     db.close()
 
 
+def test_postgresql_walks_a_big_frontier_with_hash_joins(
+        open_storage, backend, monkeypatch):
+    """A step of the walk from a frontier of WALK_BIG_FRONTIER objects or
+    more runs without nested loops (the pack's tables have no statistics);
+    the setting ends with the step, and the objects reached are the
+    same."""
+    if not backend.name.startswith('postgresql'):
+        pytest.skip('a PostgreSQL plan setting')
+    from relstorage.adapters import pack as shared
+    from relstorage.adapters.postgresql import pack as pg
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    dropped = _build(db, 40)
+    seen = []
+    step = shared.Packer.walk_step
+
+    def walk_step(self, cursor, depth, frontier=None):
+        cursor.execute('SHOW enable_nestloop')
+        seen.append((frontier, cursor.fetchone()[0]))
+        return step(self, cursor, depth, frontier)
+    monkeypatch.setattr(shared.Packer, 'walk_step', walk_step)
+    packer = storage._adapter.packer
+    doomed = packer.doomed
+    after = []
+
+    def doomed_after_the_walk(cursor, gc, after_zoid, limit):
+        cursor.execute('SHOW enable_nestloop')
+        after.append(cursor.fetchone()[0])
+        return doomed(cursor, gc, after_zoid, limit)
+    monkeypatch.setattr(packer, 'doomed', doomed_after_the_walk)
+    monkeypatch.setattr(pg, 'WALK_BIG_FRONTIER', 2)
+    kept = _reachable(storage)
+    _pack(storage)
+    # The root's step (a frontier of one) keeps nested loops; the root's
+    # 20 mappings and their children are frontiers of 20.
+    assert seen[0] == (1, 'on')
+    assert (20, 'off') in seen
+    assert all(setting == ('off' if frontier >= 2 else 'on')
+               for frontier, setting in seen), seen
+    assert after and set(after) == {'on'}
+    assert _reachable(storage) == kept
+    assert not any(_exists(storage, oid) for oid in dropped)
+    db.close()
+
+
 def test_the_packer_provides_its_interface(open_storage):
     from relstorage.adapters.interfaces import IPacker
     from zope.interface.verify import verifyObject

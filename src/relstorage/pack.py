@@ -353,8 +353,9 @@ class _Session:
         refs = self._record_refs(rows)
         if rescue and refs:
             depth = packer.max_depth(cursor) + 1
-            if packer.rescue(cursor, [to for _, _, to in refs], depth):
-                self._walk(depth)
+            rescued = packer.rescue(cursor, [to for _, _, to in refs], depth)
+            if rescued:
+                self._walk(depth, frontier=rescued)
         packer.set_refs_state(cursor, state)
         return len(rows)
 
@@ -393,20 +394,23 @@ class _Session:
                                'current recorded in %.1fs', f'{count:,}',
                                seconds)
 
-    def _walk(self, depth, commit_steps=False):
-        """Walk from the objects reached at ``depth``; each step in the
-        caller's transaction, or (``commit_steps``) one of its own."""
+    def _walk(self, depth, commit_steps=False, frontier=None):
+        """Walk from the objects reached at ``depth`` (``frontier`` of
+        them, at most, when known); each step in the caller's transaction,
+        or (``commit_steps``) one of its own."""
         packer, cursor = self.packer, self.cursor
         reached = 0
         while True:
             if commit_steps:
                 self._check_stop()
-                count = self.write(lambda: packer.walk_step(cursor, depth))
+                count = self.write(
+                    lambda: packer.walk_step(cursor, depth, frontier))
             else:
-                count = packer.walk_step(cursor, depth)
+                count = packer.walk_step(cursor, depth, frontier)
             if count <= 0:
                 return reached
             reached += count
+            frontier = count
             depth += 1
             if commit_steps:
                 self.progress.add(count)
@@ -477,8 +481,9 @@ class _Session:
         if gc:
             self._analyse_kept(pack_tid)
             progress.phase('objects reached from the root', objects)
-            progress.add(self.write(lambda: packer.seed(cursor, pack_tid)))
-            self._walk(0, commit_steps=True)
+            seeded = self.write(lambda: packer.seed(cursor, pack_tid))
+            progress.add(seeded)
+            self._walk(0, commit_steps=True, frontier=seeded)
             progress.end_phase()
         self.write(lambda: packer.analysed(cursor, objects))
         run = self.read(lambda: packer.run(cursor))

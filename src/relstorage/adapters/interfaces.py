@@ -523,9 +523,11 @@ class IPacker(Interface):
         """Mark reached, at depth 0, the root and what is written after
         ``pack_tid`` or referred to from there; returns how many."""
 
-    def walk_step(cursor, depth):
+    def walk_step(cursor, depth, frontier=None):
         """Mark reached what the objects reached at ``depth`` refer to;
-        returns how many (0: the walk is over)."""
+        returns how many (0: the walk is over).  ``frontier``: how many
+        objects were reached at ``depth``, when the caller knows (a
+        database may choose how to run the step by it)."""
 
     def rescue(cursor, zoids, depth):
         """Mark reached the objects of ``zoids`` that were not."""

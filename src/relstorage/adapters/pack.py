@@ -441,7 +441,7 @@ class Packer:
         count += max(self._run(cursor, objects, (pack_tid,)).rowcount, 0)
         return count
 
-    def walk_step(self, cursor, depth):
+    def walk_step(self, cursor, depth, frontier=None):
         return self._run(cursor, self.WALK_STEP, (depth + 1, depth)).rowcount
 
     def max_depth(self, cursor):
