@@ -842,18 +842,25 @@ def test_postgresql_packs_without_jit(open_storage, backend, monkeypatch):
     storage = open_storage()
     db = ZODB.DB(storage)
     _build(db, 20)
-    packer = storage._adapter.packer
-    doomed = packer.doomed
-    seen = []
-
-    def doomed_in_session(cursor, gc, after, limit):
-        cursor.execute('SHOW jit')
-        seen.append(cursor.fetchone()[0])
-        return doomed(cursor, gc, after, limit)
-    monkeypatch.setattr(packer, 'doomed', doomed_in_session)
+    seen = _record_setting(monkeypatch, storage._adapter.packer, 'doomed',
+                           'jit')
     _pack(storage)
     assert seen and set(seen) == {'off'}, seen
     db.close()
+
+
+def _record_setting(monkeypatch, packer, name, setting):
+    """Have ``packer.name`` (a method taking the cursor first) record the
+    session's ``setting`` before each call; returns the list of values."""
+    method = getattr(packer, name)
+    seen = []
+
+    def recording(cursor, *args):
+        cursor.execute('SHOW ' + setting)
+        seen.append(cursor.fetchone()[0])
+        return method(cursor, *args)
+    monkeypatch.setattr(packer, name, recording)
+    return seen
 
 
 def test_postgresql_walks_a_big_frontier_with_hash_joins(
@@ -877,15 +884,8 @@ def test_postgresql_walks_a_big_frontier_with_hash_joins(
         seen.append((frontier, cursor.fetchone()[0]))
         return step(self, cursor, depth, frontier)
     monkeypatch.setattr(shared.Packer, 'walk_step', walk_step)
-    packer = storage._adapter.packer
-    doomed = packer.doomed
-    after = []
-
-    def doomed_after_the_walk(cursor, gc, after_zoid, limit):
-        cursor.execute('SHOW enable_nestloop')
-        after.append(cursor.fetchone()[0])
-        return doomed(cursor, gc, after_zoid, limit)
-    monkeypatch.setattr(packer, 'doomed', doomed_after_the_walk)
+    after = _record_setting(monkeypatch, storage._adapter.packer, 'doomed',
+                            'enable_nestloop')
     monkeypatch.setattr(pg, 'WALK_BIG_FRONTIER', 2)
     kept = _reachable(storage)
     _pack(storage)
