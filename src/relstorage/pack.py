@@ -396,8 +396,8 @@ class _Session:
 
     def _walk(self, depth, commit_steps=False, frontier=None):
         """Walk from the objects reached at ``depth`` (``frontier`` of
-        them, at most, when known); each step in the caller's transaction,
-        or (``commit_steps``) one of its own."""
+        them, when known); each step in the caller's transaction, or
+        (``commit_steps``) one of its own."""
         packer, cursor = self.packer, self.cursor
         reached = 0
         while True:
