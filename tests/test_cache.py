@@ -114,9 +114,54 @@ def test_committed_states_are_cached(open_storage):
     value, tid = _value(reader, oid)
     assert value == 7
     assert _stats(storage)['hits'] == before + 1
-    # loadSerial of that revision is answered from the cache too.
-    assert reader.loadSerial(oid, tid) == reader.load(oid)[0]
+    # History-preserving, loadSerial of that revision is answered from the
+    # cache too; history-free it asks the database (the only one that
+    # knows whether the revision is still current).
+    mover = storage._adapter.mover
+    asked = []
+    real = mover.load_revision
+    mover.load_revision = lambda *args: asked.append(args) or real(*args)
+    try:
+        assert reader.loadSerial(oid, tid) == reader.load(oid)[0]
+    finally:
+        del mover.load_revision
+    assert len(asked) == (0 if storage.supportsUndo() else 1)
     reader.release()
+    db.close()
+
+
+def test_history_free_load_serial_of_a_replaced_revision_raises(
+        open_storage):
+    """History-free, only the current revision exists: loadSerial of one
+    that a later commit replaced is a POSKeyError, although this process
+    loaded it (the shared cache and the memory of recent states hold it),
+    and whichever process replaced it."""
+    storage = open_storage()
+    other = open_storage()              # another process, its own cache
+    db, other_db = ZODB.DB(storage), ZODB.DB(other)
+    oid = _commit_value(db, 'x', 1)
+    reader = storage.new_instance()
+    reader.poll_invalidations()
+    first = _value(reader, oid)[1]
+    assert reader.loadSerial(oid, first) == reader.load(oid)[0]
+    _commit_value(db, 'x', 2)               # replaced here
+    reader.poll_invalidations()
+    second = _value(reader, oid)[1]
+    _commit_value(other_db, 'x', 3)         # and there
+    for tid in (first, second):
+        if storage.supportsUndo():
+            assert reader.loadSerial(oid, tid) == storage.loadSerial(oid, tid)
+        else:
+            with pytest.raises(POSKeyError):
+                reader.loadSerial(oid, tid)
+            with pytest.raises(POSKeyError):
+                storage.loadSerial(oid, tid)
+    reader.poll_invalidations()
+    current = _value(reader, oid)
+    assert current[0] == 3
+    assert reader.loadSerial(oid, current[1]) == reader.load(oid)[0]
+    reader.release()
+    other_db.close()
     db.close()
 
 

@@ -671,3 +671,37 @@ def test_changing_another_process_s_object_takes_the_short_finish(
     other.tpc_vote(t)
     assert other.tpc_finish(t) > tid
     assert steps == []
+
+
+@pytest.mark.parametrize('kind', ['postgresql', 'mysql'])
+def test_an_iterator_whose_server_refused_leaves_nothing_to_clean_up(
+        kind, monkeypatch):
+    """The constructor's error is the caller's; the half-built iterator's
+    __del__ then has nothing to close, and says nothing (it raised
+    AttributeError into sys.unraisablehook)."""
+    import gc
+    import sys
+    from pgcluster import _free_port
+    from relstorage.iteration import TransactionIterator
+    from relstorage.options import Options
+    port = _free_port()         # nothing listens there
+    if kind == 'postgresql':
+        pytest.importorskip('psycopg2')
+        from relstorage.adapters.postgresql import PostgreSQLAdapter
+        adapter = PostgreSQLAdapter(
+            dsn=f'host=127.0.0.1 port={port} user=root dbname=x '
+                f'connect_timeout=5')
+    else:
+        pytest.importorskip('MySQLdb')
+        from relstorage.adapters.mysql import MySQLAdapter
+        adapter = MySQLAdapter(host='127.0.0.1', port=port, user='root',
+                               connect_timeout=5)
+    adapter.configure(Options())
+    unraisable = []
+    monkeypatch.setattr(sys, 'unraisablehook', unraisable.append)
+    with pytest.raises(Exception) as raised:
+        TransactionIterator(adapter)
+    assert not isinstance(raised.value, AttributeError), raised.value
+    del raised
+    gc.collect()
+    assert unraisable == []

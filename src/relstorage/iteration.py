@@ -20,10 +20,17 @@ class TransactionIterator:
 
     def __init__(self, adapter, start=None, stop=None):
         self._adapter = adapter
+        # Set before anything can fail, for close() (and __del__) to find.
+        self._conn = self._cursor = None
+        self._done = True
         cm = adapter.connmanager
         self._conn, self._cursor = cm.open_load()
-        cm.begin_snapshot(self._conn, self._cursor)
-        last = adapter.poller.last_tid(self._cursor)
+        try:
+            cm.begin_snapshot(self._conn, self._cursor)
+            last = adapter.poller.last_tid(self._cursor)
+        except BaseException:
+            self.close()
+            raise
         self._next = 0 if start is None else start
         self._stop = last if stop is None else min(stop, last, MAX_ID)
         self._page = deque()

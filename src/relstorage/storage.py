@@ -151,6 +151,8 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
         self._lock = threading.RLock()
         self._commit_done = threading.Condition(self._lock)
         self._closed = False
+        # In tryToResolveConflict: loadSerial may answer from memory.
+        self._resolving = False
         # The read snapshot.
         self._load_conn = self._load_cursor = None
         self._snapshot_tid = None      # int, or None when no snapshot open
@@ -369,20 +371,39 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
         return self.load(oid)[1]
 
     def loadSerial(self, oid, serial):
+        """The state of ``oid`` committed by ``serial``; POSKeyError if the
+        database does not hold that revision.  History-free, only the
+        current revision is held: any other tid raises POSKeyError, as in
+        RelStorage 4, whatever the caches remember of it (one round trip,
+        the cache cannot tell whether its revision is still current).
+        Only conflict resolution reads the replaced revision a transaction
+        started from (``tryToResolveConflict``)."""
         oid_int = id_to_int(oid, 'oid')
         tid_int = id_to_int(serial, 'serial')
-        state = self._cache.get_revision(oid_int, tid_int)
-        if state is not None:
-            return state
+        recent = self._resolving and not self._options.keep_history
+        if self._options.keep_history or recent:
+            state = self._cache.get_revision(oid_int, tid_int)
+            if state is not None:
+                return state
         with self._lock:
             state = self._read_latest(
                 'loadSerial', lambda cursor: self._adapter.mover.load_revision(
                     cursor, oid_int, tid_int))
-            if state is None and not self._options.keep_history:
+            if state is None and recent:
                 state = self._recent.get(oid_int, tid_int)
             if state is None:
                 raise POSException.POSKeyError(oid)
             return state
+
+    def tryToResolveConflict(self, *args, **kwargs):
+        # ZODB's resolution reads the state the transaction started from
+        # with loadSerial; history-free, the database has replaced it, and
+        # only this process's memory of recent states still holds it.
+        self._resolving = True
+        try:
+            return super().tryToResolveConflict(*args, **kwargs)
+        finally:
+            self._resolving = False
 
     def loadBefore(self, oid, tid):
         oid_int = id_to_int(oid, 'oid')
