@@ -51,10 +51,14 @@ class SQLiteBackend:
     def open(self, database, **options):
         return RelStorage(self.adapter(database), **options)
 
+    def section(self, database):
+        """The adapter section's name and the keys that reach
+        ``database``."""
+        return 'sqlite3', {'data-dir': database}
+
     def zconfig(self, database, keep_history=True, **extra):
         """A ZConfig text opening ``database``."""
-        return _zconfig('sqlite3', {'data-dir': database}, keep_history,
-                        extra)
+        return _zconfig(*self.section(database), keep_history, extra)
 
     def cleanup(self):
         for path in self._dirs:
@@ -99,9 +103,11 @@ class PostgreSQLBackend:
     def open(self, database, **options):
         return RelStorage(self.adapter(database), **options)
 
+    def section(self, database):
+        return 'postgresql', {'dsn': database, 'driver': self.driver}
+
     def zconfig(self, database, keep_history=True, **extra):
-        return _zconfig('postgresql', {'dsn': database, 'driver': self.driver},
-                        keep_history, extra)
+        return _zconfig(*self.section(database), keep_history, extra)
 
     def server(self):
         """``(host, port)`` of the server, as a replica file names it."""
@@ -170,10 +176,13 @@ class MySQLBackend:
     def open(self, database, **options):
         return RelStorage(self.adapter(database), **options)
 
-    def zconfig(self, database, keep_history=True, **extra):
+    def section(self, database):
         keys = self._keys(database)
         keys['driver'] = self.driver
-        return _zconfig('mysql', keys, keep_history, extra)
+        return 'mysql', keys
+
+    def zconfig(self, database, keep_history=True, **extra):
+        return _zconfig(*self.section(database), keep_history, extra)
 
     def kill_sessions(self, database):
         """Kill every server session using ``database``."""
@@ -243,10 +252,13 @@ class OracleBackend:
     def open(self, database, **options):
         return RelStorage(self.adapter(database), **options)
 
+    def section(self, database):
+        return 'oracle', {'user': database,
+                          'password': self._accounts[database],
+                          'dsn': ORACLE_DSN}
+
     def zconfig(self, database, keep_history=True, **extra):
-        return _zconfig('oracle', {'user': database,
-                                   'password': self._accounts[database],
-                                   'dsn': ORACLE_DSN}, keep_history, extra)
+        return _zconfig(*self.section(database), keep_history, extra)
 
     def kill_sessions(self, database):
         """End every session of the account ``database``."""

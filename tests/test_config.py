@@ -145,59 +145,81 @@ def test_postgresql_password_never_shown(caplog):
 
 # -- RelStorage 4 configurations ----------------------------------------------
 
-#: Every key of RelStorage 4.3's <relstorage> section but keep-history
-#: (given apart) and its replica keys (given where the database has
-#: servers), with values its users write.
-RS4_RELSTORAGE = {
-    'name': 'rs4-site', 'read-only': 'false', 'shared-blob-dir': 'false',
-    'blob-cache-size': '100MB', 'blob-cache-size-check': '10',
-    'blob-cache-size-check-external': 'false', 'blob-chunk-size': '1MB',
-    'poll-interval': '0', 'pack-gc': 'true', 'pack-prepack-only': 'false',
-    'pack-skip-prepack': 'false', 'pack-batch-timeout': '1.0',
-    'pack-commit-busy-delay': '5.0', 'cache-servers': 'localhost:11211',
-    'cache-module-name': 'relstorage.pylibmc_wrapper',
-    'cache-prefix': 'zodb', 'cache-local-mb': '10',
-    'cache-local-storage': 'relstorage.cache.local_client.LocalClient',
-    'cache-local-dir-count': '20', 'cache-local-dir-read-count': '10',
-    'cache-local-dir-compress': 'true',
-    'cache-local-dir-write-max-size': '10MB',
-    'cache-local-object-max': '16KB', 'cache-local-compression': 'bz2',
-    'cache-delta-size-limit': '20000', 'commit-lock-timeout': '30',
-    'commit-lock-id': '0', 'create-schema': 'true',
-}
-#: RelStorage 4.3's keys of the adapter sections beyond those every
-#: configuration has.
-RS4_ADAPTER = {
-    'sqlite3': ['gevent_yield_interval 100', '<pragmas>',
-                'cache_size 10MB', 'mmap_size 1GB', 'page_size 4096',
-                'max_page_count 1073741823', 'threads 0',
-                'wal_autocheckpoint 1000', 'soft_heap_limit 0',
-                'journal_size_limit 1000000', '</pragmas>'],
-    'mysql': ['compress true', 'named_pipe false'],
-    'postgresql': [],
-}
+#: Every key RelStorage 4.3 accepts, spelled as its component.xml spells
+#: them (the file says where the list came from).
+RS43_KEYS = os.path.join(os.path.dirname(__file__), 'data',
+                         'relstorage-4.3-keys.conf')
+#: Keys that only a database with servers (PostgreSQL, MySQL) can use.
+REPLICA_KEYS = ('replica-conf', 'ro-replica-conf', 'replica-timeout')
+
+
+def _rs43_keys():
+    """``{section: [(key, value), ...]}`` of RS43_KEYS, in its order."""
+    sections = {}
+    current = None
+    with open(RS43_KEYS, encoding='utf-8') as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith('#'):
+                continue
+            if line.startswith('['):
+                current = sections.setdefault(line.strip('[]'), [])
+                continue
+            key, _, value = line.partition(' ')
+            current.append((key, value.strip()))
+    return sections
+
+
+def _rs43_config(section, fill, replicas=True):
+    """A configuration with every RelStorage 4.3 key of <relstorage> and of
+    the adapter ``section`` (and its <pragmas>, for sqlite3), spelled as
+    RelStorage 4.3 spells them; ``fill`` gives the values in braces."""
+    keys = _rs43_keys()
+
+    def lines(name, indent):
+        return [f'{indent}{key} {value.format(**fill)}'.rstrip()
+                for key, value in keys[name]
+                if replicas or key not in REPLICA_KEYS]
+    text = ['%import relstorage', '<relstorage>']
+    text += lines('relstorage', '    ')
+    text.append(f'    <{section}>')
+    text += lines(section, '        ')
+    if section == 'sqlite3':
+        text += ['        <pragmas>', *lines('pragmas', '            '),
+                 '        </pragmas>']
+    text += [f'    </{section}>', '</relstorage>']
+    return '\n'.join(text) + '\n'
+
+
+def _rs43_fill(tmp_path, connection=None):
+    """The values in braces: temporary directories, a replica file naming
+    ``server`` and an option file, then ``connection``'s keys."""
+    for directory in ('blobs', 'cache'):
+        (tmp_path / directory).mkdir(exist_ok=True)
+    my_cnf = tmp_path / 'my.cnf'
+    my_cnf.write_text('[client]\n')
+    fill = {'blob_dir': tmp_path / 'blobs', 'cache_dir': tmp_path / 'cache',
+            'replica_conf': '', 'driver': 'auto', 'port': 3306,
+            'passwd': '', 'unix_socket': '', 'read_default_file': my_cnf,
+            'host': '127.0.0.1', 'user': 'zope', 'password': 'secret',
+            'db': 'zodb', 'dsn': 'dbname=zodb', 'data_dir': tmp_path / 'db'}
+    fill.update((k.replace('-', '_'), v)
+                for k, v in (connection or {}).items())
+    return fill
 
 
 def test_a_relstorage_4_configuration_opens_unchanged(backend, database,
                                                        tmp_path, caplog):
-    for directory in ('blobs', 'cache'):
-        (tmp_path / directory).mkdir()
-    replica_keys = {}
-    if hasattr(backend, 'server'):
+    section, connection = backend.section(database)
+    fill = _rs43_fill(tmp_path, connection)
+    replicas = hasattr(backend, 'server')
+    if replicas:
         host, port = backend.server()
         listing = tmp_path / 'replicas.conf'
         listing.write_text(f'# the primary\n{host}:{port}\n')
-        replica_keys = {'replica-conf': listing, 'ro-replica-conf': listing,
-                        'replica-timeout': '600',
-                        'revert-when-stale': 'false'}
-    text = backend.zconfig(
-        database, True, blob_dir=tmp_path / 'blobs',
-        cache_local_dir=tmp_path / 'cache', **RS4_RELSTORAGE,
-        **replica_keys)
-    section = next(name for name in RS4_ADAPTER if f'</{name}>' in text)
-    text = text.replace(f'    </{section}>', ''.join(
-        f'        {line}\n' for line in RS4_ADAPTER[section]) +
-        f'    </{section}>')
+        fill['replica_conf'] = listing
+    text = _rs43_config(section, fill, replicas)
+    assert 'revert_when_stale true' in text
     caplog.set_level('WARNING')
     storage = _open(text)
     try:
@@ -207,6 +229,8 @@ def test_a_relstorage_4_configuration_opens_unchanged(backend, database,
         transaction.commit()
         conn.close()
         db.close()
+        # RelStorage 4.3's spelling reached the option (default false).
+        assert storage._options.revert_when_stale is True
         warned = [r.getMessage() for r in caplog.records]
         for key in IGNORED:
             said = [w for w in warned if f'option {key} (RelStorage 4)' in w]
@@ -216,7 +240,60 @@ def test_a_relstorage_4_configuration_opens_unchanged(backend, database,
             assert any('gevent_yield_interval' in w for w in warned)
             assert query(storage, 'PRAGMA cache_size') == [(-10240,)]
             assert query(storage, 'PRAGMA mmap_size') == [(1 << 30,)]
+            assert query(storage, 'PRAGMA journal_size_limit') == [
+                (1000000,)]
         if section == 'mysql' and 'PyMySQL' in text:
             assert any('compress is ignored' in w for w in warned)
     finally:
         storage.close()
+
+
+@pytest.mark.parametrize('section', ['sqlite3', 'postgresql', 'mysql',
+                                     'oracle'])
+def test_every_relstorage_4_3_key_is_read(tmp_path, section):
+    """Without opening anything (Oracle has no server here): every key of
+    RS43_KEYS is a key of ours, and its value lands where ours does."""
+    import io
+    text = _rs43_config(section, _rs43_fill(tmp_path))
+    config, _ = ZConfig.loadConfigFile(
+        ZODB.config.getStorageSchema(), io.StringIO(text))
+    factory = config.storage
+    options = Options.from_section(factory.config)
+    assert options.revert_when_stale is True
+    assert options.name == 'rs43-site'
+    assert options.blob_cache_size == 100 << 20
+    adapter = factory.config.adapter.config
+    keys = _rs43_keys()
+    for key, _ in keys[section]:
+        assert getattr(adapter, key.replace('-', '_')) is not None, key
+    if section == 'mysql':
+        assert adapter.connect_timeout == 10
+        assert adapter.read_default_group == 'client'
+        assert adapter.named_pipe is False
+    if section == 'sqlite3':
+        assert adapter.gevent_yield_interval == 100
+        assert set(adapter.pragmas.pragmas) == {
+            key for key, _ in keys['pragmas']}
+
+
+@pytest.mark.parametrize('ours, theirs, fails', [
+    ('true', 'true', False), ('false', 'true', False),
+    ('true', 'false', True), (None, 'false', False), ('true', None, False),
+])
+def test_both_spellings_of_revert_when_stale(tmp_path, ours, theirs, fails):
+    import io
+    lines = ''.join(f'  {key} {value}\n' for key, value in (
+        ('revert-when-stale', ours), ('revert_when_stale', theirs))
+        if value is not None)
+    text = _zconfig(tmp_path, lines)
+    config, _ = ZConfig.loadConfigFile(
+        ZODB.config.getStorageSchema(), io.StringIO(text))
+    section = config.storage.config
+    if fails:
+        with pytest.raises(ConfigurationError) as e:
+            Options.from_section(section)
+        assert 'revert-when-stale' in str(e.value)
+        assert 'revert_when_stale' in str(e.value)
+    else:
+        expected = (theirs or ours) == 'true'
+        assert Options.from_section(section).revert_when_stale is expected

@@ -275,10 +275,24 @@ def ignored(options):
             if getattr(options, key.replace('-', '_'), None) is not None]
 
 
+#: Keys of the <relstorage> section that RelStorage 4 spelled otherwise:
+#: its spelling -> ours.  component.xml declares each under RelStorage 4's
+#: name with the attribute ``rs4_<name>``; ZConfig then accepts both lines,
+#: and ``Options.from_section`` takes whichever was given.  The Python API
+#: needs none of this: it takes ``_`` and ``-`` alike.
+RS4_SPELLINGS = {'revert_when_stale': 'revert-when-stale'}
+
+
+def _rs4_attribute(spelling):
+    return 'rs4_' + spelling.replace('-', '_')
+
+
 @functools.lru_cache(maxsize=None)
 def section_keys(section):
     """Return ``{key: (datatype, default)}`` for one section type of
-    component.xml, with the defaults as written there (strings or None)."""
+    component.xml, with the defaults as written there (strings or None).
+    RelStorage 4's other spellings of a key (``RS4_SPELLINGS``) are left
+    out: they are the same option."""
     root = ET.parse(_COMPONENT).getroot()
     for sectiontype in root.iter('sectiontype'):
         if sectiontype.get('name') == section:
@@ -286,6 +300,7 @@ def section_keys(section):
                 key.get('name'): (key.get('datatype'), key.get('default'))
                 for key in sectiontype.findall('key')
                 if key.get('name') != '+'
+                and key.get('name') not in RS4_SPELLINGS
             }
     raise KeyError(section)
 
@@ -341,6 +356,22 @@ class Options:
         self = cls.__new__(cls)
         for attr in cls.__slots__:
             setattr(self, attr, getattr(section, attr))
+        keys = section_keys('relstorage')
+        for spelling, key in RS4_SPELLINGS.items():
+            theirs = getattr(section, _rs4_attribute(spelling), None)
+            if theirs is None:
+                continue
+            attr = key.replace('-', '_')
+            ours = getattr(self, attr)
+            datatype, default = keys[key]
+            # ZConfig filled in our key's default when the line is absent:
+            # a value other than the default was written.
+            if ours != theirs and ours != _converter(datatype)(default):
+                raise ConfigurationError(
+                    f'{key} {ours!r} and {spelling} (RelStorage 4\'s '
+                    f'spelling of the same option) {theirs!r} disagree: '
+                    f'give one of them')
+            setattr(self, attr, theirs)
         return self
 
     def copy(self, **changes):
