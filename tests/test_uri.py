@@ -149,3 +149,54 @@ def test_database_keys_in_the_query(backend, database, tmp_path):
     else:
         with pytest.raises(ConfigurationError, match='dsn'):
             zodburi.resolve_uri(_uri(backend, database, 'dsn=x'))
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize('form', ['path', 'data_dir', 'data-dir'])
+def test_both_sqlite_forms_take_the_same_options(tmp_path, form):
+    """``sqlite:///path`` and RelStorage 4's ``sqlite://?data_dir=/path``
+    name the same database, with the same query options after either."""
+    directory = tmp_path / 'zodb dir'
+    query = ('keep_history=false&cache_local_mb=3&pragma_synchronous=normal'
+             '&connection_cache_size=77')
+    if form == 'path':
+        uri = f'sqlite://{quote(str(directory))}?{query}'
+    else:
+        uri = f'sqlite://?{form}={quote(str(directory))}&{query}'
+    factory, dbkw = zodburi.resolve_uri(uri)
+    assert dbkw['cache_size'] == 77
+    storage = factory()
+    try:
+        assert storage._options.keep_history is False
+        assert storage._options.cache_local_mb == 3
+        assert storage._adapter.pragmas['synchronous'] == 'normal'
+        db = ZODB.DB(storage)
+        conn = db.open()
+        conn.root()['form'] = form
+        transaction.commit()
+        conn.close()
+        db.close()
+    finally:
+        storage.close()
+    assert (directory / 'relstorage.sqlite3').exists()
+    storage = ZODB.config.storageFromString(
+        '%import relstorage\n<relstorage>\n keep-history false\n'
+        f' <sqlite3>\n  data-dir {directory}\n </sqlite3>\n</relstorage>\n')
+    db = ZODB.DB(storage)
+    try:
+        assert db.open().root()['form'] == form
+    finally:
+        db.close()
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize('uri, named', [
+    ('sqlite://', 'no data directory'),
+    ('sqlite://?data_dir=', 'no data directory'),
+    ('sqlite://?keep_history=false', 'no data directory'),
+    ('sqlite:///a/b?data_dir=/c/d', 'given twice'),
+    ('sqlite://?data_dir=/a&data_dir=/b', 'given twice'),
+])
+def test_a_sqlite_uri_without_one_data_directory_is_refused(uri, named):
+    with pytest.raises(ConfigurationError, match=named):
+        zodburi.resolve_uri(uri)

@@ -7,6 +7,7 @@ Registered under the ``zodburi.resolvers`` entry point group::
     postgres://...                       (the same)
     mysql://user:password@host:port/dbname?cache_local_mb=100
     sqlite:///var/lib/zodb/data?pragma_synchronous=normal
+    sqlite://?data_dir=/var/lib/zodb/data  (RelStorage 4's form)
 
 The query's keys (``_`` or ``-`` alike) are, in this order: the options
 of the ``<relstorage>`` section (``keep_history``, ``blob_dir``, ...);
@@ -190,22 +191,29 @@ _PRAGMA = 'pragma_'
 
 def resolve_sqlite(uri):
     """``sqlite:///path/to/data-dir`` (an absolute path: three slashes, as
-    zodburi's file:// URIs write it)."""
+    zodburi's file:// URIs write it), or ``sqlite://?data_dir=/path``, the
+    form RelStorage 4 registers; the same query options follow either."""
     prefix = 'sqlite://'
     if not uri.startswith(prefix):
         raise ConfigurationError(f'{uri}: not a sqlite:// URI')
     path, _, query = uri[len(prefix):].partition('?')
     path = unquote(path)
+    params = _query(uri, urlsplit('?' + query))
+    given = params.pop('data_dir', None)
+    if given is not None and path:
+        raise ConfigurationError(
+            f'{uri}: the data directory is given twice (in the path and as '
+            f'data_dir): give one')
+    path = path or (given or '').strip()
     if not path:
         raise ConfigurationError(
-            f'{uri}: no data directory (sqlite:///path/to/directory)')
-    params = _query(uri, urlsplit('?' + query))
+            f'{uri}: no data directory (sqlite:///path/to/directory or '
+            f'sqlite://?data_dir=/path/to/directory)')
     pragmas = {k[len(_PRAGMA):]: v for k, v in params.items()
                if k.startswith(_PRAGMA)}
     params = {k: v for k, v in params.items() if not k.startswith(_PRAGMA)}
     options, keys, dbkw, demo, rest = _split(params, 'sqlite3', uri)
     _unknown(uri, rest, 'sqlite', ' (pragma_<name> for a pragma)')
-    keys.pop('data_dir', None)
     if 'gevent_yield_interval' in keys:
         raise ConfigurationError(
             f'{uri}: gevent_yield_interval (RelStorage 4) has no meaning '
