@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 #: Objects whose blob directories one pack sweep looks up per query.
 SWEEP_BATCH = 500
+#: Attempts at creating a directory that a trim or a sweep keeps removing.
+MAKE_DIR_ATTEMPTS = 10
 
 
 def make_blobs(options, adapter, oids):
@@ -66,6 +68,20 @@ def unique_name(directory, prefix):
     (its auto_da_alloc), and the next fsync anywhere, such as SQLite's
     COMMIT, waits for it (measured: 30-60 ms per 100 MB blob)."""
     return os.path.join(directory, f'{prefix}{uuid.uuid4().hex}.tmp')
+
+
+def make_dir(path):
+    """Create the directory ``path`` and its parents if they are missing;
+    a trim removing an emptied parent meanwhile only means trying again.
+    (ZODB's FilesystemHelper.getPathForOID asserts instead.)"""
+    for _ in range(MAKE_DIR_ATTEMPTS):
+        try:
+            os.makedirs(path, 0o700, exist_ok=True)
+            return path
+        except FileNotFoundError:
+            continue    # a parent was removed between makedirs' steps
+    os.makedirs(path, 0o700, exist_ok=True)     # raises what is wrong
+    return path
 
 
 def remove_quietly(path):
@@ -106,8 +122,10 @@ class BlobDirectory:
         return self.fshelper.getBlobFilename(oid, tid)
 
     def make_oid_dir(self, oid):
-        """Create the directory of ``oid``'s blob files; returns it."""
-        return self.fshelper.getPathForOID(oid, create=True)
+        """Create the directory of ``oid``'s blob files; returns it.  A
+        parent that a trim (of the blob cache) or a pack sweep removes at
+        the same time is created again."""
+        return make_dir(self.fshelper.getPathForOID(oid))
 
     def close(self):
         """Stop what runs in the background (nothing by default)."""

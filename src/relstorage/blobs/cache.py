@@ -10,17 +10,28 @@ processes may share one cache directory:
   what ``Blob.open`` uses) holds a shared ``flock`` on it while it is
   open, and the trimmer removes only files on which it gets an exclusive
   one: a blob in use is never deleted under its reader;
+* ``loadBlob`` hands out a file name that the application opens later
+  (``Blob.committed()``; Plone streams a download by name): a file used in
+  the last ``RECENT_USE`` seconds is never trimmed, so a cache that is too
+  small for what is being read gets slower, and larger than its size for a
+  while, but never fails a reader;
 * the last use of a file is its access time, set explicitly at every use
-  (``relatime`` mounts would otherwise not record it);
+  (``relatime`` mounts would otherwise not record it); recording it and
+  the trimmer's decision to remove a file exclude each other (``flock``),
+  so a use that the trimmer did not see finds the file removed and
+  downloads it again;
 * trimming keeps the cache within ``blob-cache-size``, least recently used
   first.  Each process counts what it writes into the cache and starts a
   trim (in a thread, or with ``blob-cache-size-check-external`` in a
   process of its own) each time ``blob-cache-size-check`` percent of the
   size has been written; one trim at a time runs per directory, whichever
-  process starts it.
+  process starts it;
+* directories emptied by a trim are removed; whoever puts a file into the
+  cache creates its directory again if a trim removed it meanwhile
+  (``relstorage.blobs.make_dir``, ``database.DatabaseBlobs.place``).
 
-Run as ``python -m relstorage.blobs.cache DIRECTORY SIZE`` it trims once
-(that is what the external check runs).
+Run as ``python -m relstorage.blobs.cache DIRECTORY SIZE [KEEP_RECENT]``
+it trims once (that is what the external check runs).
 """
 import logging
 import os
@@ -49,6 +60,9 @@ STALE_TEMPORARY = 3600.0
 #: 10 KiB blob went from 48-53 to 42-46 us with this and one stat less,
 #: alternating runs on SQLite).
 TOUCH_EVERY = 1.0
+#: A cached blob used (placed, loaded or opened) in the last this many
+#: seconds is not trimmed: the name loadBlob returned may not be opened yet.
+RECENT_USE = 60.0
 
 
 def _record_use(target, st):
@@ -65,13 +79,28 @@ def _record_use(target, st):
 
 def touch(path):
     """Record a use of the cached blob ``path`` (its access time orders the
-    trim); False if it is not cached."""
+    trim and keeps it for RECENT_USE seconds); False if it is not cached.
+
+    The use is recorded under a shared lock of the file: a trim deciding
+    on the file holds the exclusive one, so either it sees this use and
+    keeps the file, or it removed the file before, which is then found
+    unlinked (False: the caller downloads it again).  An open, a flock and
+    an fstat more than a stat; a warm loadBlob is still a few
+    microseconds."""
     try:
-        st = os.stat(path)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return False
-    _record_use(path, st)
-    return True
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        st = os.fstat(fd)
+        if st.st_nlink == 0:
+            return False        # trimmed while this waited for the lock
+        _record_use(fd, st)
+        return True
+    finally:
+        os.close(fd)
 
 
 def hold(file):
@@ -87,9 +116,10 @@ def hold(file):
     _record_use(fd, os.fstat(fd))
 
 
-def _remove_unless_open(path):
-    """Remove the cached blob ``path`` unless a reader holds it; True if it
-    was removed (or was already gone)."""
+def _remove_unless_open(path, used_before=None):
+    """Remove the cached blob ``path`` unless a reader holds it or, with
+    ``used_before`` (a time), it was used since then; True if it was
+    removed (or was already gone)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -102,7 +132,12 @@ def _remove_unless_open(path):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 return False    # a reader holds it
+        st = os.fstat(fd)
+        if used_before is not None and st.st_atime >= used_before:
+            return False        # used since the trim looked at it
         try:
+            if os.stat(path).st_ino != st.st_ino:
+                return False    # downloaded again meanwhile: a new file
             os.remove(path)
         except FileNotFoundError:
             pass
@@ -124,11 +159,11 @@ def _remove_empty_dirs(path, top):
         path = os.path.dirname(path)
 
 
-def trim(directory, target):
+def trim(directory, target, keep_recent=RECENT_USE):
     """Remove cached blobs, least recently used first, until those left take
-    at most ``target`` bytes; files in use are skipped.  Returns ``(bytes
-    before, bytes after)``, or None when another trim holds the
-    directory."""
+    at most ``target`` bytes; files open in a reader, and files used in the
+    last ``keep_recent`` seconds (at least TOUCH_EVERY), are skipped.  Returns ``(bytes before,
+    bytes after)``, or None when another trim holds the directory."""
     directory = os.path.abspath(directory)
     lock = open(os.path.join(directory, TRIM_LOCK), 'a')
     try:
@@ -140,6 +175,9 @@ def trim(directory, target):
         entries = []
         total = 0
         now = time.time()
+        # A use is recorded at most every TOUCH_EVERY seconds: a file used
+        # more recently than that may show an older time.
+        used_before = now - max(keep_recent, TOUCH_EVERY)
         temporary = os.path.join(directory, 'tmp')
         for dirpath, dirnames, filenames in os.walk(directory):
             if dirpath == directory and 'tmp' in dirnames:
@@ -151,8 +189,9 @@ def trim(directory, target):
                 except FileNotFoundError:
                     continue
                 if name.endswith(BLOB_SUFFIX):
-                    entries.append((st.st_atime, st.st_size, path))
                     total += st.st_size
+                    if st.st_atime < used_before:
+                        entries.append((st.st_atime, st.st_size, path))
                 elif (name.endswith('.tmp') and dirpath != temporary
                       and now - st.st_mtime > STALE_TEMPORARY):
                     _remove_unless_open(path)
@@ -162,7 +201,7 @@ def trim(directory, target):
             for _, size, path in entries:
                 if total <= target:
                     break
-                if _remove_unless_open(path):
+                if _remove_unless_open(path, used_before):
                     total -= size
                     _remove_empty_dirs(os.path.dirname(path), directory)
         if before != total:
@@ -233,12 +272,19 @@ class CacheSize:
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or not argv[1].isdigit():
-        print('usage: python -m relstorage.blobs.cache DIRECTORY SIZE',
-              file=sys.stderr)
+    keep_recent = RECENT_USE
+    try:
+        if len(argv) == 3:
+            keep_recent = float(argv[2])
+        if len(argv) not in (2, 3) or not argv[1].isdigit() or (
+                not keep_recent >= 0):
+            raise ValueError(argv)
+    except ValueError:
+        print('usage: python -m relstorage.blobs.cache DIRECTORY SIZE '
+              '[KEEP_RECENT_SECONDS]', file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO)
-    trim(argv[0], int(argv[1]))
+    trim(argv[0], int(argv[1]), keep_recent)
     return 0
 
 

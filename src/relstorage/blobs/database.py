@@ -22,6 +22,7 @@ from ZODB.blob import set_not_writable
 from ZODB.POSException import StorageError
 from ZODB.utils import tid_repr
 
+from relstorage.blobs import MAKE_DIR_ATTEMPTS
 from relstorage.blobs import BlobDirectory
 from relstorage.blobs import PendingBlobs
 from relstorage.blobs import missing_blob
@@ -103,28 +104,41 @@ class DatabaseBlobs(BlobDirectory):
         all: ``fill(temporary)`` writes it to a temporary file beside its
         place and returns its size, or None when there is nothing to cache.
         Returns the size.  A full disk raises a StorageError that says so
-        (what is committed is in the database either way)."""
-        for attempt in range(OPEN_ATTEMPTS):
+        (what is committed is in the database either way).
+
+        A trim may remove the object's directory, emptied, between its
+        creation and the temporary file's: the directory is then created
+        again (``fill`` must fail with FileNotFoundError naming the
+        temporary file, as ``open`` and ZODB's rename_or_copy_blob do).
+        The file is made read-only before it is renamed into place, and
+        nothing touches it by name after: once there, a trim may take it
+        (not within cache.RECENT_USE seconds)."""
+        for _ in range(MAKE_DIR_ATTEMPTS):
             directory = self.make_oid_dir(oid)
             temporary = unique_name(directory, tid_repr(tid) + '-')
             try:
                 size = fill(temporary)
+                if size is not None:
+                    # Used now (a commit's file may be older).
+                    os.utime(temporary)
+                    set_not_writable(temporary)
                 break
-            except FileNotFoundError:
-                if os.path.isdir(directory):
-                    raise
-                # A trim removed the emptied directory just now.
+            except FileNotFoundError as e:
+                if temporary not in (e.filename, e.filename2) or (
+                        os.path.exists(temporary)):
+                    self._failed(temporary, oid, tid, e)
+                # The directory went: a trim emptied it just now.
             except BaseException as e:
                 self._failed(temporary, oid, tid, e)
         else:
-            raise StorageError(f'cannot create a file in {directory}')
+            raise StorageError(
+                f'cannot create a file in {directory}: it was removed '
+                f'{MAKE_DIR_ATTEMPTS} times')
+        if size is None:
+            remove_quietly(temporary)
+            return None
         try:
-            if size is None:
-                remove_quietly(temporary)
-                return None
-            path = self.path(oid, tid)
-            os.replace(temporary, path)
-            set_not_writable(path)
+            os.replace(temporary, self.path(oid, tid))
         except BaseException as e:
             self._failed(temporary, oid, tid, e)
         self.size.written(size)
