@@ -1,0 +1,378 @@
+"""Writers on the nodes of a MariaDB Galera cluster of the module's own
+(tests/galera.py: three nodes on loopback ports, started once for the
+module).
+
+What the server does with a multi-statement batch whose transaction
+Galera aborts in the middle (MariaDB 10.11.19, galera-4 26.4.23, seen with
+``test_a_batch_outlives_its_aborted_transaction`` and by hand, PyMySQL
+with CLIENT.MULTI_STATEMENTS): session A on node 1 runs ``START
+TRANSACTION; UPDATE t ... WHERE id = 1`` and then sends, as one query,
+``UPDATE a ...; DO SLEEP(2); INSERT INTO l ...; INSERT INTO l ...;
+COMMIT``.  While A sleeps, session B on node 2 updates the same row of
+``t`` (autocommit).  B's write set reaches node 1, where A holds the row's
+lock: node 1 aborts A (a brute-force abort) and rolls it back.  Then:
+
+- autocommit=1 (relstorage's connections), the default
+  ``wsrep_retry_autocommit = 1``: the SLEEP ends at once, and the rest of
+  the batch runs and commits, each statement in a transaction of its own;
+  the first statement after the abort runs and commits twice (the first
+  INSERT's row is there twice); no statement returns an error, COMMIT
+  says OK.  The UPDATE before the abort is lost.  The client cannot tell.
+- autocommit=1 with ``wsrep_retry_autocommit = 0``: the first statement
+  after the abort returns error 1213 (``Deadlock found when trying to get
+  lock; try restarting transaction``), yet its row is committed; the
+  statements after it do not run.
+- autocommit=0: every statement after the abort runs, in a new implicit
+  transaction; COMMIT returns 1213, yet the statements after the abort are
+  committed (``@@in_transaction`` is 0 afterwards).
+- When B's write set arrives before the batch starts, the batch's first
+  statement returns 1213 and nothing of it runs, in both modes.  When A's
+  COMMIT itself fails (A and B committing the same row on two nodes at
+  the same moment; A lost 3 races of 12), COMMIT returns 1213 and the
+  statements after it in the batch do not run.
+
+So an abort between the statements of a batch, before its COMMIT, is the
+dangerous case: the statements before it are rolled back, the ones after
+it are committed in autocommit, and in relstorage's mode no error reaches
+the client.  relstorage's finish batch (CHOOSE_TID's UPDATE of
+``commit_row``, the transaction_log INSERT, the moves from temp_store,
+COMMIT, in src/relstorage/adapters/mysql/transactions.py) is such a batch,
+and ``commit_row`` is the row every commit on every node updates.
+
+``test_writers_on_every_node`` runs a writer process per node (three
+writers, 60 increments each over 4 shared counters, each commit also
+rewriting a 20 KB object of the writer's own).  On the code of its first
+commit it failed in every run, 6 of 6 in each history mode.
+History-free: every node ended with the same counters, 3 to 14 of the 180
+acknowledged increments missing (0 to 5 per counter).  History-preserving:
+every node raised POSKeyError for one object (oid 0x06, 0x08 or 0x09)
+while loading the counters, and so did the writers' later transactions
+(3,000 to 6,000 failed attempts, 79 to 151 increments given up).  The
+writers saw ConflictError, LockConflictError ("InnoDB chose this
+transaction as a deadlock victim", error 1213: Galera's certification
+failures and brute-force aborts), once "a concurrent transaction stored an
+object with the same oid" (1062), and POSKeyError; in a run without the
+20 KB objects, once an IntegrityError "Column 'tid' cannot be null".
+Without the 20 KB objects it failed in 3 runs of 18 (all
+history-preserving: twice a POSKeyError on every node, once 1 increment
+lost), with 150 increments per writer in 5 of 6.
+``test_writers_on_one_node`` runs the same writers through node 1 only:
+it passed in every run (22 of 22).
+"""
+import json
+import threading
+import time
+import uuid
+
+import pytest
+import transaction
+import ZODB
+
+import tally
+import workers
+from backends import _zconfig
+from children import Worker
+
+pytestmark = pytest.mark.mysql
+
+GROUP = 'galera (three MariaDB nodes)'
+
+#: Writer processes, one per node (or all on node 1).
+WRITERS = 3
+
+#: Increments each writer tries.
+INCREMENTS = 60
+
+#: Counters the increments are spread over: few, so that writers collide.
+COUNTERS = 4
+
+#: Bytes each writer's transactions also write (an object of its own):
+#: bigger commits, whose finish batches take longer, so that the loss
+#: shows in every run rather than in one of four (see the docstring).
+PAD = 20000
+
+#: Seconds a writer may take to start.
+START_TIMEOUT = 60
+
+#: Seconds a writer may take for its increments.
+RUN_TIMEOUT = 110
+
+
+@pytest.fixture(scope='module')
+def cluster():
+    from galera import GaleraCluster
+    cluster = GaleraCluster()
+    print(f'\ngalera cluster up in {cluster.start_seconds:.1f}s: '
+          f'{cluster.nodes}')
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def galera_db(cluster):
+    name = 'galera_' + uuid.uuid4().hex[:10]
+    cluster.create_database(name)
+    yield name
+    cluster.drop_database(name)
+
+
+def test_writes_reach_every_node_and_a_restarted_node_catches_up(
+        cluster, galera_db):
+    cluster.sql(1, f'CREATE TABLE {galera_db}.t '
+                   f'(id INT PRIMARY KEY, v INT) ENGINE=InnoDB')
+    cluster.sql(1, f'INSERT INTO {galera_db}.t VALUES (1, 10)')
+    for n in (2, 3):
+        assert cluster.sql(n, f'SELECT v FROM {galera_db}.t WHERE id = 1',
+                           sync=True) == ((10,),)
+    cluster.kill(3)
+    # Written while node 3 is down, on both of the others.
+    cluster.sql(1, f'INSERT INTO {galera_db}.t VALUES (2, 20)')
+    cluster.sql(2, f'UPDATE {galera_db}.t SET v = 11 WHERE id = 1')
+    cluster.start(3)
+    assert cluster.transfer(3) == 'IST'
+    assert cluster.sql(3, f'SELECT id, v FROM {galera_db}.t ORDER BY id',
+                       sync=True) == ((1, 11), (2, 20))
+    assert cluster.status(3, 'cluster_size') == {'cluster_size': '3'}
+    tally.add(GROUP, 'scenarios')
+
+
+# -- the plain-SQL experiment -------------------------------------------------
+
+def _multi(cluster, n, database, autocommit):
+    from pymysql.constants import CLIENT
+    return cluster.connect(n, database, autocommit=autocommit,
+                           client_flag=CLIENT.MULTI_STATEMENTS)
+
+
+def _run_batch(cursor, batch):
+    """Each statement's outcome, ``'ok'`` or ``'error NUMBER'``, until the
+    first error (where the server stops a batch)."""
+    outcomes = []
+    try:
+        cursor.execute(batch)
+        outcomes.append('ok')
+        while cursor.nextset():
+            outcomes.append('ok')
+    except Exception as e:
+        outcomes.append(f'error {e.args[0]}')
+    return outcomes
+
+
+def _wait_for_sleep(cluster, session, timeout=30):
+    """Wait until the session ``session`` of node 1 sleeps (DO SLEEP)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = cluster.sql(1, 'SELECT state FROM information_schema.'
+                              'processlist WHERE id = %s', (session,))
+        if rows and rows[0][0] == 'User sleep':
+            return
+        time.sleep(0.02)
+    pytest.fail('the batch did not reach its SLEEP')
+
+
+@pytest.mark.parametrize('autocommit', [True, False],
+                         ids=['autocommit', 'no-autocommit'])
+def test_a_batch_outlives_its_aborted_transaction(cluster, galera_db,
+                                                  autocommit):
+    """The server's behaviour that the finish batch must survive (see the
+    module's docstring): a transaction aborted by Galera in the middle of a
+    multi-statement batch; the statements after the abort still run and
+    commit.  This test describes the server, not relstorage: if it fails,
+    a newer server stops the batch at the abort."""
+    for statement in (
+            'CREATE TABLE t (id INT PRIMARY KEY, v INT) ENGINE=InnoDB',
+            'CREATE TABLE a (id INT PRIMARY KEY, v INT) ENGINE=InnoDB',
+            'CREATE TABLE l (id INT AUTO_INCREMENT PRIMARY KEY, '
+            'note VARCHAR(40)) ENGINE=InnoDB',
+            'INSERT INTO t VALUES (1, 0)', 'INSERT INTO a VALUES (1, 0)'):
+        cluster.sql(1, statement, database=galera_db)
+    cluster.wait_applied()
+    victim = _multi(cluster, 1, galera_db, autocommit)
+    other = cluster.connect(2, galera_db)
+    try:
+        with victim.cursor() as cursor, other.cursor() as other_cursor:
+            cursor.execute('SELECT CONNECTION_ID()')
+            session = cursor.fetchone()[0]
+            cursor.execute('START TRANSACTION')
+            cursor.execute('UPDATE t SET v = v + 1 WHERE id = 1')
+            outcomes = []
+            batch = ("UPDATE a SET v = v + 1 WHERE id = 1; DO SLEEP(5); "
+                     "INSERT INTO l (note) VALUES ('first after'); "
+                     "INSERT INTO l (note) VALUES ('second after'); COMMIT")
+            runner = threading.Thread(
+                target=lambda: outcomes.extend(_run_batch(cursor, batch)))
+            started = time.monotonic()
+            runner.start()
+            try:
+                _wait_for_sleep(cluster, session)
+                # Node 2 commits the row node 1's transaction holds.
+                other_cursor.execute('UPDATE t SET v = v + 100 WHERE id = 1')
+            finally:
+                runner.join(60)
+            seconds = time.monotonic() - started
+            cursor.execute('SELECT @@in_transaction')
+            in_transaction = cursor.fetchone()[0]
+            cursor.execute('ROLLBACK')
+    finally:
+        victim.close()
+        other.close()
+    rows = {n: (cluster.sql(n, 'SELECT v FROM t', database=galera_db,
+                            sync=True),
+                cluster.sql(n, 'SELECT v FROM a', database=galera_db),
+                cluster.sql(n, 'SELECT note FROM l ORDER BY id',
+                            database=galera_db))
+            for n in (1, 2, 3)}
+    print(f'\nautocommit={int(autocommit)}: outcomes {outcomes} in '
+          f'{seconds:.1f}s, in_transaction afterwards {in_transaction}, '
+          f'node 1 has t={rows[1][0]} a={rows[1][1]} l={rows[1][2]}')
+    assert rows[2] == rows[1] and rows[3] == rows[1]
+    t, a, log = rows[1]
+    assert t == ((100,),), 'node 2 won'
+    # The statement before the abort was rolled back ...
+    assert a == ((0,),)
+    # ... yet the one after it ran (the SLEEP was cut short) and was
+    # committed, while the transaction it was sent for was gone.
+    assert seconds < 5
+    assert ('first after',) in log
+    assert not in_transaction
+    tally.add(GROUP, 'scenarios')
+
+
+# -- the writers --------------------------------------------------------------
+
+def _prepare(cluster, database, keep_history):
+    """Make the schema and ``root['counters']`` through node 1; wait until
+    every node has them."""
+    from persistent.list import PersistentList
+    from persistent.mapping import PersistentMapping
+    storage = _open(cluster, 1, database, keep_history)
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            conn.root()['counters'] = PersistentList(
+                workers.Counter() for _ in range(COUNTERS))
+            conn.root()['pads'] = PersistentMapping(
+                (f'w{i}', workers.Counter()) for i in range(WRITERS))
+    finally:
+        db.close()
+    cluster.wait_applied()
+
+
+def _keys(cluster, n, database):
+    host, port = cluster.nodes[n - 1]
+    return {'host': host, 'port': port, 'user': 'root', 'db': database,
+            'driver': 'mysqlclient'}
+
+
+def _open(cluster, n, database, keep_history):
+    from relstorage.adapters.mysql import MySQLAdapter
+    from relstorage.storage import RelStorage
+    return RelStorage(MySQLAdapter(**_keys(cluster, n, database)),
+                      keep_history=keep_history)
+
+
+def _read_counters(cluster, n, database, keep_history):
+    """The counters' values as node ``n`` has them, or the error that
+    loading them raised (``'Class: message'``)."""
+    try:
+        db = ZODB.DB(_open(cluster, n, database, keep_history))
+    except Exception as e:
+        return f'{type(e).__name__}: {e}'
+    try:
+        tm = transaction.TransactionManager(explicit=True)
+        conn = db.open(tm)
+        try:
+            with tm:
+                return [c.value for c in conn.root()['counters']]
+        except Exception as e:
+            return f'{type(e).__name__}: {e}'
+        finally:
+            conn.close()
+    finally:
+        db.close()
+
+
+def _run_writers(cluster, database, keep_history, nodes, tmp_path):
+    _prepare(cluster, database, keep_history)
+    children = []
+    try:
+        for i, n in enumerate(nodes):
+            config = tmp_path / f'node{n}-{i}.conf'
+            keys = _keys(cluster, n, database)
+            config.write_text(_zconfig('mysql', keys, keep_history, {}),
+                              encoding='utf-8')
+            children.append(Worker(
+                f'writer{i}-node{n}', [config, f'w{i}', INCREMENTS, 7, PAD],
+                str(tmp_path), script='galera_worker.py'))
+        for child in children:
+            child.expect('ready', START_TIMEOUT)
+        for child in children:
+            child.send('go')
+        results = [child.expect('result', RUN_TIMEOUT) for child in children]
+        for child in children:
+            child.wait()
+    finally:
+        for child in children:
+            child.close()
+    cluster.wait_applied()
+    acked = [sum(r['acked'][k] for r in results) for k in range(COUNTERS)]
+    unknown = [sum(r['unknown'][k] for r in results)
+               for k in range(COUNTERS)]
+    errors = {}
+    for r in results:
+        for kind, count in r['errors'].items():
+            errors[kind] = errors.get(kind, 0) + count
+    seen = {n: _read_counters(cluster, n, database, keep_history)
+            for n in (1, 2, 3)}
+    report = dict(
+        nodes=nodes, keep_history=keep_history, acked=acked,
+        unknown=unknown, seen=seen,
+        given_up=sum(r['given_up'] for r in results),
+        attempts=sum(r['attempts'] for r in results),
+        seconds=max(r['seconds'] for r in results), errors=errors,
+        examples={k: v for r in results for k, v in r['examples'].items()})
+    print('\ngalera writers: ' + json.dumps(report, sort_keys=True))
+    tally.add(GROUP, 'acknowledged commits checked', sum(acked))
+    return report
+
+
+def _check(report):
+    """Every node has every acknowledged increment, once: a counter may be
+    above its acknowledged increments only by those of unknown outcome."""
+    acked, unknown = report['acked'], report['unknown']
+    problems = []
+    for n, values in sorted(report['seen'].items()):
+        if not isinstance(values, list):
+            problems.append(f'node {n}: {values}')
+            continue
+        for k, value in enumerate(values):
+            if value < acked[k]:
+                problems.append(f'node {n}: counter {k} lost '
+                                f'{acked[k] - value} of its {acked[k]} '
+                                f'acknowledged increments')
+            elif value > acked[k] + unknown[k]:
+                problems.append(f'node {n}: counter {k} has '
+                                f'{value - acked[k]} increments more than '
+                                f'the {acked[k]} acknowledged')
+    assert not problems, '; '.join(problems) + (
+        f' (errors the writers saw: {report["errors"]})')
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    'the finish batch outlives a transaction Galera aborts in its middle '
+    '(see the module docstring): acknowledged increments are lost'))
+@pytest.mark.parametrize('keep_history', [True, False], ids=['hp', 'hf'])
+def test_writers_on_every_node(cluster, galera_db, keep_history, tmp_path):
+    """A writer process on each node, incrementing shared counters: every
+    node ends with every acknowledged increment, once."""
+    _check(_run_writers(cluster, galera_db, keep_history, [1, 2, 3],
+                        tmp_path))
+
+
+@pytest.mark.parametrize('keep_history', [True, False], ids=['hp', 'hf'])
+def test_writers_on_one_node(cluster, galera_db, keep_history, tmp_path):
+    """The same writers, all through node 1: Galera then never aborts a
+    transaction of theirs; every node ends with every acknowledged
+    increment, once."""
+    _check(_run_writers(cluster, galera_db, keep_history, [1, 1, 1],
+                        tmp_path))
