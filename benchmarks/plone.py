@@ -52,6 +52,8 @@ WORKLOAD = HERE / 'plone_workload.py'
 REQUIREMENTS = HERE / 'requirements-plone.txt'
 CONSTRAINTS = HERE / 'constraints-plone.txt'
 WORK = DATA / 'plone'
+#: Where --profile leaves each step's cProfile data (kept).
+PROFILES = DATA / 'plone-profiles'
 SIDES = ('ours', 'rs43', 'filestorage')
 LABELS = {'ours': 'ours', 'rs43': 'RS 4.3', 'filestorage': 'FileStorage'}
 VENVS = {'ours': HERE / '.venv-plone-ours', 'rs43': HERE / '.venv-plone-rs43'}
@@ -287,11 +289,16 @@ def measure(side, backend, mode, database, args):
               args.render, '--edits', args.edits, '--seed', args.seed]
     logfile = instance.directory / 'steps.log'
     entry = {'steps': {}, 'zope_conf': (instance.directory / 'etc' /
-                                        'zope.conf').read_text()}
+                                        'zope.conf').read_text(),
+             'load_average': [round(os.getloadavg()[0], 2)]}
     try:
         for step in STEPS:
             extra = (['--after-edit', '--all-images'] if step == 'verify'
                      else [])
+            if args.profile and step != 'verify':
+                PROFILES.mkdir(parents=True, exist_ok=True)
+                extra += ['--profile', str(
+                    PROFILES / f'{instance.directory.name}-{step}.prof')]
             cmd = ([str(python), '-I', str(WORKLOAD), step, '--instance',
                     str(instance.directory)] + flags
                    + [str(c) for c in counts] + extra)
@@ -310,6 +317,7 @@ def measure(side, backend, mode, database, args):
                 log(f'  {LABELS[side]:<11} {step:<8} '
                     f'{result["seconds"]:8.2f} s{warm}')
         entry['verified'] = 'verify' in entry['steps']
+        entry['load_average'].append(round(os.getloadavg()[0], 2))
     finally:
         if args.keep_data or 'error' in entry:
             entry['kept'] = str(instance.directory)
@@ -388,6 +396,17 @@ def cell_table(backend, mode, cell, fs, args):
     lines = report.title(where)
     lines += report.render(header, rows, right_from=1)
     return lines, checks
+
+
+def load_line(runs_of_sides):
+    """The machine's load (1 min) at the start and end of the runs: other
+    work on it slows every side, and not evenly."""
+    loads = [x for runs in runs_of_sides for e in runs
+             for x in e.get('load_average', [])]
+    if not loads:
+        return []
+    return [f'load average (1 min) from {min(loads):.1f} to '
+            f'{max(loads):.1f} at the starts and ends of these runs']
 
 
 def failure_lines(results, fs_entry):
@@ -470,9 +489,19 @@ def parse_args(argv):
     parser.add_argument('--timeout', type=float, default=3600,
                         help='seconds one step may take (default 3600)')
     run.add_server_options(parser)
+    parser.add_argument('--sqlite-synchronous', default='default',
+                        choices=('default', 'off', 'normal', 'full'),
+                        help="SQLite's synchronous pragma for both sides; "
+                        'default leaves each its own (FULL for ours, '
+                        'NORMAL for 4.3)')
     parser.add_argument('--json', help='where to write the results '
                         '(default benchmarks/results/plone.json, '
                         'plone-quick.json with --quick)')
+    parser.add_argument('--profile', action='store_true',
+                        help='cProfile every step (then the times are not '
+                        'comparable) and keep the data in '
+                        'benchmarks/data/plone-profiles/<instance>-<step>'
+                        '.prof')
     parser.add_argument('--keep-data', action='store_true',
                         help='keep the databases and instance directories')
     args = parser.parse_args(argv)
@@ -486,7 +515,6 @@ def parse_args(argv):
     args.backends = run.choose(parser, args.backends, BACKENDS, 'backend')
     args.modes = run.choose(parser, args.modes, MODES, 'mode')
     args.sides = run.choose(parser, args.sides, SIDES, 'side')
-    args.sqlite_synchronous = 'default'   # each side its own default
     return args
 
 
@@ -525,7 +553,11 @@ def main(argv=None):
         f'{args.repeat} run(s) per side, '
         + ('the median of each step.' if args.repeat > 1 else 'no repeat.')
         + ' Seconds; ours/4.3 and ours/FS are ratios of times (below 1.0: '
-        'ours is faster).', '']
+        'ours is faster).'
+        + (' PROFILED (cProfile): the times are not comparable.'
+           if args.profile else '')
+        + (f' SQLite synchronous {args.sqlite_synchronous} on both sides.'
+           if args.sqlite_synchronous != 'default' else ''), '']
     print('\n'.join(lines), flush=True)
 
     fs_runs = None
@@ -533,6 +565,9 @@ def main(argv=None):
         log('FileStorage')
         fs_runs = [measure('filestorage', None, None, None, args)
                    for _ in range(args.repeat)]
+        fs_load = [f'FileStorage: {x}' for x in load_line([fs_runs])]
+        print('\n'.join(fs_load), flush=True)
+        lines += fs_load + ['']
     fs = median_figures([e for e in fs_runs if 'error' not in e]) \
         if fs_runs and any('error' not in e for e in fs_runs) else None
     results, checks, turn = {}, [], 0
@@ -552,6 +587,7 @@ def main(argv=None):
                     if any('error' not in e for e in runs) else None
                     for side, runs in cell.items()}
             text, found = cell_table(backend, mode, good, fs, args)
+            text += load_line(cell.values())
             checks += found
             print('\n'.join([''] + text), flush=True)
             lines += text + ['']
@@ -571,7 +607,8 @@ def main(argv=None):
         'environment': env,
         'settings': {k: getattr(args, k) for k in (
             'backends', 'modes', 'sides', 'pages', 'images', 'render',
-            'edits', 'quick', 'repeat', 'seed')},
+            'edits', 'quick', 'repeat', 'seed', 'profile',
+            'sqlite_synchronous')},
         'requirements': REQUIREMENTS.read_text(),
         'constraints': CONSTRAINTS.read_text(),
         'filestorage': fs_runs, 'results': results,

@@ -352,7 +352,18 @@ def step_render(instance, args):
     import threading
     import waitress
     instance.app._p_jar.close()     # the requests open their own
-    server = waitress.create_server(instance.wsgi, host='127.0.0.1', port=0,
+    app = instance.wsgi
+    if instance.profiler is not None:
+        # The requests run in waitress's thread, where cProfile must be
+        # switched on (Zope's publisher returns the whole body).
+        def app(environ, start_response, wsgi=instance.wsgi,
+                profiler=instance.profiler):
+            profiler.enable()
+            try:
+                return wsgi(environ, start_response)
+            finally:
+                profiler.disable()
+    server = waitress.create_server(app, host='127.0.0.1', port=0,
                                     threads=1)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -523,6 +534,9 @@ def main(argv=None):
     parser.add_argument('--seed', type=int, default=1)
     parser.add_argument('--after-edit', action='store_true')
     parser.add_argument('--all-images', action='store_true')
+    parser.add_argument('--profile', metavar='FILE',
+                        help="cProfile the step (its times are then not "
+                        "comparable) and write pstats' data to FILE")
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)
     if args.step == 'probe':
@@ -536,9 +550,19 @@ def main(argv=None):
         started = time.perf_counter()
         instance = Instance(args.instance, user=args.step != 'site')
         result['startup_seconds'] = time.perf_counter() - started
+        instance.profiler = None
+        if args.profile:
+            import cProfile
+            instance.profiler = cProfile.Profile()
         try:
+            if instance.profiler is not None and args.step != 'render':
+                instance.profiler.enable()
             result.update(STEPS[args.step](instance, args))
         finally:
+            if instance.profiler is not None:
+                instance.profiler.disable()
+                instance.profiler.dump_stats(args.profile)
+                result['profile'] = args.profile
             instance.close()
     with open(args.out, 'w') as f:
         json.dump(result, f, indent=1)
