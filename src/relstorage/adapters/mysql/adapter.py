@@ -82,7 +82,7 @@ class MySQLAdapter(Adapter):
             self.poller = poll.HistoryPreservingPoller()
             self.txncontrol = (
                 transactions.HistoryPreservingTransactionControl(
-                    self.mover.MOVE_FROM_TEMP, self.mover.move_rows))
+                    cm, self.mover.MOVE_FROM_TEMP, self.mover.move_rows))
             self.history = history.HistoryPreservingHistory()
             self.packer = pack.HistoryPreservingPacker(cm)
         else:
@@ -90,7 +90,7 @@ class MySQLAdapter(Adapter):
             self.mover = objects.HistoryFreeMover(cm)
             self.poller = poll.HistoryFreePoller()
             self.txncontrol = transactions.HistoryFreeTransactionControl(
-                self.mover.MOVE_FROM_TEMP, self.mover.move_rows)
+                cm, self.mover.MOVE_FROM_TEMP, self.mover.move_rows)
             self.history = history.HistoryFreeHistory()
             self.packer = pack.HistoryFreePacker(cm)
 

@@ -5,9 +5,25 @@ transactions itself: a snapshot is a REPEATABLE READ ``START TRANSACTION
 WITH CONSISTENT SNAPSHOT, READ ONLY``; a commit is READ COMMITTED (so that
 conflict checks see the latest committed rows) with
 ``innodb_lock_wait_timeout`` from commit-lock-timeout.
+
+A commit is *guarded*.  The server may end a transaction in the middle of
+a batch of statements: a Galera node aborts one that lost certification
+to another node's write set, and MySQL rolls back a deadlock victim.  The
+statements after that point do not fail: in autocommit mode each one
+commits on its own, and out of it they open a new implicit transaction.
+A commit's batch would then publish part of its objects without its
+locks, or move the last tid without its objects.  So a commit's
+transaction runs with autocommit off and writes a marker row into a
+temporary table (``temp_commit``; InnoDB undoes it with the transaction,
+and no other session sees it): the statement before COMMIT fails when
+the marker is gone, which ends the batch before the COMMIT, and the
+caller's ROLLBACK discards whatever ran after the abort.  After the
+COMMIT the marker must be there, committed, or the COMMIT ended some
+other transaction.
 """
 import contextlib
 import math
+import weakref
 
 from relstorage.adapters.connection import ConnectionManager
 from relstorage.adapters.interfaces import IConnectionManager
@@ -48,6 +64,24 @@ TEMP_STORE = """
     ) ENGINE = InnoDB"""
 
 
+TEMP_COMMIT = """
+    CREATE TEMPORARY TABLE IF NOT EXISTS temp_commit (
+        marker      TINYINT NOT NULL
+    ) ENGINE = InnoDB"""
+
+#: Fails (BIGINT UNSIGNED out of range, error 1690, whatever the sql_mode)
+#: when the guarded transaction lost its marker row, that is when the
+#: server ended the transaction the commit began.
+GUARD = ('SELECT 18446744073709551615 + '
+         '(1 - (SELECT COUNT(*) FROM temp_commit))')
+ER_DATA_OUT_OF_RANGE = 1690
+#: The end of a guarded commit.  What follows the COMMIT runs in
+#: autocommit mode again, like every other statement of the connection.
+GUARDED_COMMIT = (GUARD, 'COMMIT', 'SET autocommit = 1')
+#: 1 after a guarded COMMIT that committed the commit's own transaction.
+COMMITTED = '(SELECT COUNT(*) FROM temp_commit)'
+
+
 # Empties the staging table.  Not DELETE: once a large commit has filled
 # the table, InnoDB keeps its emptied pages, and DELETE (and the vote's
 # join, which scans the table) walked them at every later commit: 1.8 ms
@@ -78,6 +112,10 @@ class MySQLConnectionManager(ConnectionManager):
         self._description = describe_params(params)
         self.is_mariadb = None          # learnt at the first connection
         self.max_allowed_packet = None
+        # Store connections (with the temporary tables), and those of them
+        # inside a guarded transaction.
+        self._staging = weakref.WeakSet()
+        self._guarded = weakref.WeakSet()
 
     def describe(self):
         return self._description
@@ -140,7 +178,8 @@ class MySQLConnectionManager(ConnectionManager):
     def open_store(self):
         conn = self.connect()
         cursor = conn.cursor()
-        cursor.execute(TEMP_STORE)
+        run_batch(cursor, f'{TEMP_STORE}; {TEMP_COMMIT}')
+        self._staging.add(conn)
         return conn, cursor
 
     def _in_transaction(self, conn):
@@ -151,11 +190,61 @@ class MySQLConnectionManager(ConnectionManager):
     def begin_store(self, conn, cursor):
         # A commit (``conn`` given: a store connection, which has the
         # staging table) first empties the staging table, in the same round
-        # trip; TRUNCATE commits implicitly, so it comes before START
-        # TRANSACTION.  The mover's clear_temp leaves it to this batch.
+        # trip; TRUNCATE commits implicitly, so it comes before the
+        # transaction.  The mover's clear_temp leaves it to this batch.
+        # Without ``conn`` (a restore batch that goes on after committing
+        # its part, or a write session) what is staged stays.
         clear = f'{CLEAR_TEMP_STORE}; ' if conn is not None else ''
-        run_batch(cursor, f'{clear}SET TRANSACTION ISOLATION LEVEL READ '
-                          f'COMMITTED; START TRANSACTION')
+        conn = cursor.connection
+        if conn not in self._staging:
+            run_batch(cursor, f'{clear}SET TRANSACTION ISOLATION LEVEL '
+                              f'READ COMMITTED; START TRANSACTION')
+            return
+        # The guard's marker (see the module's docstring); the DELETE of
+        # the last one runs in autocommit mode, before the transaction.
+        run_batch(cursor, f'{clear}DELETE FROM temp_commit; '
+                          f'SET autocommit = 0; '
+                          f'SET TRANSACTION ISOLATION LEVEL READ COMMITTED; '
+                          f'START TRANSACTION; '
+                          f'INSERT INTO temp_commit VALUES (1)')
+        self._guarded.add(conn)
+
+    def ended(self, conn, committed):
+        """After a guarded COMMIT: ``committed`` is what ``COMMITTED`` read
+        after it.  Raises LockConflictError if the COMMIT did not end the
+        commit's own transaction."""
+        self._guarded.discard(conn)
+        if int(committed) != 1:
+            raise LockConflictError(
+                'committing: the server ended the transaction before its '
+                'COMMIT (a Galera certification failure or a deadlock), '
+                'and nothing of it was committed')
+
+    def commit(self, conn, cursor):
+        if conn not in self._guarded:
+            cursor.execute('COMMIT')
+            return
+        with self.translate():
+            rows = run_batch(cursor, '; '.join(
+                GUARDED_COMMIT + (f'SELECT {COMMITTED}',)))
+        self.ended(conn, rows[-1][0][0])
+
+    def rollback(self, conn, cursor):
+        if conn not in self._guarded:
+            super().rollback(conn, cursor)
+            return
+        self._guarded.discard(conn)
+        cursor = conn.cursor()
+        # After Galera aborted the transaction, the next statement (this
+        # ROLLBACK) returns the abort's error 1213, and a batch stops
+        # there: autocommit would stay off.  Once said, the error is gone.
+        for _ in range(2):
+            try:
+                run_batch(cursor, 'ROLLBACK; SET autocommit = 1')
+                return
+            except self.driver.Error as e:
+                if error_number(e) in _GONE:
+                    return
 
     def begin_write(self, cursor, what):
         self.begin_store(None, cursor)
@@ -186,12 +275,22 @@ class MySQLConnectionManager(ConnectionManager):
                     f'a lock another transaction holds') from e
             if number == ER_LOCK_DEADLOCK:
                 raise LockConflictError(
-                    f'{what}: InnoDB chose this transaction as a deadlock '
-                    f'victim ({e})') from e
-            if number == ER_DUP_ENTRY:
+                    f'{what}: the server ended this transaction: InnoDB '
+                    f'chose it as a deadlock victim, or a Galera node found '
+                    f'it in conflict with another node\'s commit ({e})'
+                ) from e
+            if (number == ER_DATA_OUT_OF_RANGE
+                    and '18446744073709551615' in str(e)):
                 raise LockConflictError(
-                    f'{what}: a concurrent transaction stored an object with '
-                    f'the same oid ({e})') from e
+                    f'{what}: the server ended this transaction before its '
+                    f'COMMIT (a Galera certification failure or a '
+                    f'deadlock), and nothing of it was committed') from e
+            if number == ER_DUP_ENTRY:
+                # New objects with the same oid, or a transaction row whose
+                # tid another commit took.
+                raise LockConflictError(
+                    f'{what}: a concurrent transaction wrote a row with the '
+                    f'same key ({e})') from e
             if number == ER_NET_PACKET_TOO_LARGE:
                 raise StorageError(
                     f'{what}: a statement exceeded the server\'s '

@@ -4,12 +4,14 @@ The last step of a commit runs as one batch of statements in one round
 trip (the connections allow multi-statement queries): the UPDATE of
 ``commit_row`` takes the commit lock and chooses the tid from the server's
 clock in the same statement, the tid travels to the following statements
-in a session variable, and the COMMIT ends the batch before the tid is
-read back.  The batch is made from the statements the step-by-step path
+in a session variable, and the guarded COMMIT (see connection.py) ends
+the batch before the tid is read back, with the guard's marker.  The batch is made from the statements the step-by-step path
 runs (``MOVE_FROM_TEMP``, ``INSERT_TRANSACTION``).
 """
 from relstorage.adapters.transactions import TransactionControl
 
+from .connection import COMMITTED
+from .connection import GUARDED_COMMIT
 from .connection import run_batch
 
 # A ZODB tid from the session's clock (sessions run in UTC): 32 bits of
@@ -46,13 +48,14 @@ class _MySQLTransactionControl(TransactionControl):
     #: batch holds the commit lock, hence the small limit.
     INLINE_LIMIT = (200, 64 * 1024)
 
-    def __init__(self, move_statements, move_rows):
+    def __init__(self, connmanager, move_statements, move_rows):
         """``move_rows(rows)``: the statements that publish rows given to
         finish_and_commit (``mover.move_rows``)."""
+        self._connmanager = connmanager
         self._head = [self.CHOOSE_TID.strip(), self.READ_TID.strip()]
         if self.INSERT_TRANSACTION is not None:
             self._head.append(_with_tid(self.INSERT_TRANSACTION))
-        self._tail = ['COMMIT', 'SELECT @relstorage_tid']
+        self._tail = [*GUARDED_COMMIT, f'SELECT @relstorage_tid, {COMMITTED}']
         self._finish = ';\n'.join(
             self._head + [_with_tid(s) for s in move_statements]
             + self._tail)
@@ -80,8 +83,9 @@ class _MySQLTransactionControl(TransactionControl):
             params = (status == 'p', user, description, extension)
         batch = self._finish if rows is None else ';\n'.join(
             self._head + self._move_rows(rows) + self._tail)
-        last = run_batch(cursor, batch, params)[-1]
-        return int(last[0][0])
+        tid, committed = run_batch(cursor, batch, params)[-1][0]
+        self._connmanager.ended(cursor.connection, committed)
+        return int(tid)
 
 
     def finish_restore(self, cursor, tid, user, description, extension,
