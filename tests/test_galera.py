@@ -445,3 +445,66 @@ def test_writers_on_one_node(cluster, galera_db, keep_history, tmp_path):
     increment, once."""
     _check(_run_writers(cluster, galera_db, keep_history, [1, 1, 1],
                         tmp_path))
+
+
+# -- the write-set limit ------------------------------------------------------
+
+#: The write-set limit set on node 1 for the test, and the size of what is
+#: committed over it.
+SMALL_LIMIT = 1024 * 1024
+OVER = 2 * SMALL_LIMIT
+
+
+@pytest.mark.parametrize('what', ['object', 'blob'])
+def test_a_transaction_over_the_write_set_limit(cluster, galera_db, tmp_path,
+                                                what):
+    """A commit larger than wsrep_max_ws_size fails with an error that
+    names the setting and the way out, nothing of it is committed on any
+    node, and the storage goes on committing."""
+    import os
+    from persistent.mapping import PersistentMapping
+    from relstorage.adapters.mysql import MySQLAdapter
+    from relstorage.storage import RelStorage
+    from ZODB.blob import Blob
+    from ZODB.POSException import StorageError
+    storage = RelStorage(MySQLAdapter(**_keys(cluster, 1, galera_db)),
+                         keep_history=False, blob_dir=str(tmp_path / 'blobs'),
+                         shared_blob_dir=False)
+    db = ZODB.DB(storage)
+    cluster.sql(1, f'SET GLOBAL wsrep_max_ws_size = {SMALL_LIMIT}')
+    try:
+        with db.transaction() as conn:
+            conn.root()['kept'] = PersistentMapping(n=1)
+        tm = transaction.TransactionManager(explicit=True)
+        conn = db.open(tm)
+        tm.begin()
+        conn.root()['kept']['n'] = 2
+        if what == 'blob':
+            blob = Blob()
+            with blob.open('w') as f:
+                f.write(os.urandom(OVER))
+            conn.root()['big'] = blob
+        else:
+            conn.root()['big'] = PersistentMapping(data=os.urandom(OVER))
+        with pytest.raises(StorageError, match='wsrep_max_ws_size') as raised:
+            tm.commit()
+        tm.abort()
+        assert 'shared-blob-dir true' in str(raised.value)
+        # Still committing, through the same storage.
+        tm.begin()
+        conn.root()['kept']['n'] = 3
+        tm.commit()
+        conn.close()
+    finally:
+        cluster.sql(1, 'SET GLOBAL wsrep_max_ws_size = 2147483647')
+        db.close()
+    cluster.wait_applied()
+    for n in (1, 2, 3):
+        db = ZODB.DB(_open(cluster, n, galera_db, False))
+        try:
+            with db.transaction() as conn:
+                root = conn.root()
+                assert 'big' not in root and root['kept']['n'] == 3, n
+        finally:
+            db.close()
+    tally.add(GROUP, 'scenarios')

@@ -43,6 +43,9 @@ ER_LOCK_NOWAIT = 3572             # MySQL 8's NOWAIT failure
 ER_DUP_ENTRY = 1062
 ER_NET_PACKET_TOO_LARGE = 1153
 ER_CON_COUNT = 1040               # too many connections
+#: Galera's "Maximum writeset size exceeded" (at COMMIT) has no number of
+#: its own.
+ER_UNKNOWN_ERROR = 1105
 #: "Disk full ... waiting for someone to free space", "The table is full"
 #: (InnoDB out of space in its file), "Got error 28 (ENOSPC) from storage
 #: engine": out of space, each in its way.
@@ -296,6 +299,16 @@ class MySQLConnectionManager(ConnectionManager):
                     f'{what}: a statement exceeded the server\'s '
                     f'max_allowed_packet ({self.max_allowed_packet} bytes); '
                     f'raise max_allowed_packet') from e
+            if (number == ER_UNKNOWN_ERROR
+                    and 'writeset size' in str(e).lower()):
+                raise StorageError(
+                    f'{what}: the transaction is larger than the Galera '
+                    f'cluster accepts (wsrep_max_ws_size, at most 2 GiB; '
+                    f'blob data counts about twice); nothing of it was '
+                    f'committed.  Keep blobs out of the database with a '
+                    f'shared blob directory (shared-blob-dir true), commit '
+                    f'in smaller transactions, or raise wsrep_max_ws_size '
+                    f'({e})') from e
             if number in (ER_DISK_FULL, ER_RECORD_FILE_FULL) or (
                     number == ER_GET_ERRNO and ' 28 ' in str(e)):
                 raise DatabaseFullError(
