@@ -1,6 +1,7 @@
 """A child-process program for tests/test_galera.py (not a test module).
 
-Run as ``python tests/galera_worker.py CONFIG_FILE NAME N SEED [PAD]``,
+Run as ``python tests/galera_worker.py CONFIG_FILE NAME N SEED [PAD
+[PAUSE]]``,
 where CONFIG_FILE holds the ZConfig text of a ``<relstorage>`` section
 that opens the database through one Galera node.  It speaks as
 tests/workers.py's commands do (JSON lines on stdout, ``go`` on stdin; see
@@ -11,7 +12,9 @@ transactions, each adding 1 to one of the ``workers.Counter`` objects in
 the list ``root['counters']``, chosen at random (seeded by SEED and NAME),
 and committing.  With PAD (bytes, default 0) each transaction also
 rewrites ``root['pads'][NAME]``, the writer's own ``workers.Counter``, with
-PAD random bytes: bigger commits.  A transaction that raises anything (a
+PAD random bytes: bigger commits.  With PAUSE (seconds, default 0) it
+waits that long after each acknowledged increment, so that a run lasts
+long enough for a node to be killed in its middle.  A transaction that raises anything (a
 ConflictError, a lock or disconnection error, a POSKeyError) is aborted
 and tried again, up to ATTEMPTS times; then that increment is given up.
 Only an increment whose ``commit()`` returned counts as acknowledged.
@@ -46,7 +49,7 @@ def _kind(error):
     return f'{type(error).__name__}: {text[:200]}'
 
 
-def run(config_path, name, count, seed, pad='0'):
+def run(config_path, name, count, seed, pad='0', pause='0'):
     import transaction
     import ZODB
     from relstorage.errors import CommitOutcomeUnknownError
@@ -55,6 +58,7 @@ def run(config_path, name, count, seed, pad='0'):
 
     count = int(count)
     pad = int(pad)
+    pause = float(pause)
     rng = random.Random(f'{seed}/{name}')
     db = ZODB.DB(workers.open_storage(config_path))
     tm = transaction.TransactionManager(explicit=True)
@@ -101,6 +105,8 @@ def run(config_path, name, count, seed, pad='0'):
                     time.sleep(0.005 * rng.random())
                     continue
                 acked[which] += 1
+                if pause:
+                    time.sleep(pause)
                 break
             else:
                 given_up += 1

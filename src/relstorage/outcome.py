@@ -70,6 +70,9 @@ def settle_lost_finish(name, adapter, based_on, lost, open_cursor, drop,
                 conn, cursor = open_cursor()
                 connmanager.begin_store(conn, cursor)
                 try:
+                    # A cluster node that has not applied the lost commit
+                    # yet would call it not committed.
+                    connmanager.sync(cursor)
                     current, _ = adapter.locker.lock_for_vote(
                         cursor, oids, [], staged=False)
                     adapter.locker.hold_commit_lock(cursor)

@@ -139,6 +139,9 @@ class ConnectionManager:
         except self.driver.Error:
             pass
 
+    def sync(self, cursor):
+        """See IConnectionManager.sync: nothing to wait for by default."""
+
     def begin_analysis(self, conn, cursor):
         """Start the read transaction of a pack's analysis (by default a
         snapshot like any other)."""

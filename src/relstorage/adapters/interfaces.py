@@ -127,6 +127,12 @@ class IConnectionManager(Interface):
         ``rollback``; returns nothing.  The first statement run on
         ``cursor`` afterwards fixes the snapshot."""
 
+    def sync(cursor):
+        """Make the reads of the current transaction see every commit the
+        database acknowledged before this call: a node of a cluster that
+        applies other nodes' commits after acknowledging them (Galera)
+        waits until it has applied them.  A no-op elsewhere."""
+
     def begin_write(cursor, what):
         """Start a transaction that will write, waiting at most
         commit-lock-timeout for the database to allow it (``what`` names the
@@ -452,7 +458,9 @@ class IPacker(Interface):
 
     def try_lock(conn, cursor):
         """Take the database's pack lock without waiting: a function that
-        releases it, or None when another pack holds it."""
+        releases it, or None when another pack holds it (or PackError,
+        with more to say).  A lock that can be lost (a lease) has a
+        ``lost`` attribute, which the pack checks between batches."""
 
     def prepare_session(cursor):
         """Session settings of the pack's own connection, once it holds

@@ -96,6 +96,19 @@ CLEAR_TEMP_STORE = 'TRUNCATE TABLE temp_store'
 SNAPSHOT_BEGIN = ('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; '
                   'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY')
 
+#: The same on a Galera node, which may not have applied every commit the
+#: cluster acknowledged yet (a commit made through another node: a client
+#: that failed over, or reads from ro-replica-conf's nodes).  A read with
+#: wsrep_sync_wait = 1 first waits until the node has applied all of them.
+#: The snapshot is fixed by the first read (no CONSISTENT SNAPSHOT, which
+#: would fix it before any wait), which must follow this in the same batch
+#: and be followed by GALERA_SNAPSHOT_FIXED: the snapshot's later reads
+#: need no wait.
+GALERA_SNAPSHOT_BEGIN = ('SET SESSION wsrep_sync_wait = 1; '
+                         'SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; '
+                         'START TRANSACTION READ ONLY')
+GALERA_SNAPSHOT_FIXED = 'SET SESSION wsrep_sync_wait = 0'
+
 
 def describe_params(params):
     """Where the server is, without the password, for messages."""
@@ -115,6 +128,8 @@ class MySQLConnectionManager(ConnectionManager):
         self._description = describe_params(params)
         self.is_mariadb = None          # learnt at the first connection
         self.max_allowed_packet = None
+        #: Whether the server is a node of a Galera cluster (wsrep_on).
+        self.galera = None
         # Store connections (with the temporary tables), and those of them
         # inside a guarded transaction.
         self._staging = weakref.WeakSet()
@@ -151,8 +166,13 @@ class MySQLConnectionManager(ConnectionManager):
                         f'cannot connect to {self._describe_server(server)}'
                         f': the server is read-only (@@read_only)')
             if self.is_mariadb is None:
-                cursor.execute('SELECT VERSION(), @@max_allowed_packet')
-                version, packet = cursor.fetchone()
+                # SHOW, not @@wsrep_on: servers built without Galera (MySQL)
+                # have no such variable.
+                (((version, packet),), wsrep) = run_batch(
+                    cursor, "SELECT VERSION(), @@max_allowed_packet; "
+                            "SHOW VARIABLES LIKE 'wsrep_on'")
+                self.galera = any(value.upper() == 'ON'
+                                  for _, value in wsrep)
                 self.is_mariadb = 'mariadb' in version.lower()
                 self.max_allowed_packet = int(packet)
             cursor.close()
@@ -252,8 +272,26 @@ class MySQLConnectionManager(ConnectionManager):
     def begin_write(self, cursor, what):
         self.begin_store(None, cursor)
 
+    def snapshot_statements(self, first_read):
+        """The statements that begin a snapshot and run ``first_read`` in
+        it, as one batch."""
+        if self.galera:
+            return (f'{GALERA_SNAPSHOT_BEGIN}; {first_read}; '
+                    f'{GALERA_SNAPSHOT_FIXED}')
+        return f'{SNAPSHOT_BEGIN}; {first_read}'
+
     def begin_snapshot(self, conn, cursor):
-        run_batch(cursor, SNAPSHOT_BEGIN)
+        if self.galera:
+            run_batch(cursor, self.snapshot_statements(
+                'SELECT tid FROM commit_row WHERE id = 0'))
+        else:
+            run_batch(cursor, SNAPSHOT_BEGIN)
+
+    def sync(self, cursor):
+        if self.galera:
+            run_batch(cursor, 'SET SESSION wsrep_sync_wait = 1; '
+                              'SELECT tid FROM commit_row WHERE id = 0; '
+                              'SET SESSION wsrep_sync_wait = 0')
 
     def begin_analysis(self, conn, cursor):
         # Under REPEATABLE READ InnoDB reads the source of an

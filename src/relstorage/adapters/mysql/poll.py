@@ -2,14 +2,14 @@
 
 A snapshot starts with one round trip: the ROLLBACK of the previous one
 if it is still open, the isolation level, START TRANSACTION and the poll
-(last tid and changes, ``poll.POLL``) in one batch.
+(last tid and changes, ``poll.POLL``) in one batch (on a Galera node, with
+the wait for the cluster's commits: ``connection.GALERA_SNAPSHOT_BEGIN``).
 """
 from relstorage.adapters.poll import NO_CHANGES
 from relstorage.adapters.poll import POLL
 from relstorage.adapters.poll import Poller
 from relstorage.adapters.poll import split_poll
 
-from .connection import SNAPSHOT_BEGIN
 from .connection import run_batch
 
 
@@ -20,7 +20,8 @@ class _MySQLPoller(Poller):
                        end_previous=False):
         rollback = 'ROLLBACK; ' if end_previous else ''
         results = run_batch(
-            cursor, f'{rollback}{SNAPSHOT_BEGIN}; {self.POLL}',
+            cursor,
+            rollback + connmanager.snapshot_statements(self.POLL),
             (NO_CHANGES if after_tid is None else after_tid,))
         return split_poll(results[-1])
 
