@@ -229,6 +229,14 @@ class _Session:
         return self.read(lambda: self.adapter.poller.last_tid(self.cursor))
 
     def _check_stop(self):
+        if getattr(self._release, 'lost', False):
+            # A lease (MySQL's pack lock) that expired: another pack may
+            # be running.
+            raise PackError(
+                f'the pack lost its lock on {self.cm.describe()} (the '
+                f'database was out of reach for longer than the lock\'s '
+                f'lease); it stopped at a batch boundary, and what it '
+                f'removed stays removed')
         if self.progress.stop_requested():
             raise PackStopped(
                 'the pack stopped at a batch boundary; what it removed '

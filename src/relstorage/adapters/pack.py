@@ -302,8 +302,9 @@ class Packer:
 
     def try_lock(self, conn, cursor):
         """Take the database's pack lock without waiting: a function that
-        releases it, or None if another pack holds it.  Closing the
-        connection (or the end of the process) releases it too."""
+        releases it, or None if another pack holds it (see
+        IPacker.try_lock).  Closing the connection (or the end of the
+        process) releases it too, or, for a lease, its expiry."""
         raise NotImplementedError
 
     def prepare_session(self, cursor):

@@ -24,9 +24,10 @@ from zope.interface import implementer
 #: The version this code reads and writes.
 SCHEMA_VERSION = migrations.LATEST
 
-#: The tables of packing (step 0003-pack), in every database.
+#: The tables of packing (step 0003-pack) and the leases (step 0004-lease:
+#: the pack lock on MySQL), in every database.
 PACK_TABLES = ('object_ref', 'pack_state', 'pack_run', 'pack_object',
-               'pack_reached')
+               'pack_reached', 'lease')
 
 
 def sql_statements(path):

@@ -6,6 +6,11 @@ from relstorage.adapters.schema import PACK_TABLES
 from relstorage.adapters.schema import Schema
 from relstorage.errors import CommitLockTimeoutError
 
+from .drivers import error_number
+
+#: "This version of MariaDB doesn't yet support 'GET_LOCK in cluster'".
+ER_NOT_SUPPORTED_YET = 1235
+
 TABLES = ('schema_version', 'commit_row', 'new_oid', 'transaction_log',
           'object_state', 'superseded_state', 'current_object',
           'blob_chunk', 'object_blob') + PACK_TABLES
@@ -39,9 +44,19 @@ class MySQLSchema(Schema):
         # version 1 before the migration steps have run, which looks like
         # an old database: a named lock (per database: lock names are
         # server-wide) makes it look again once the other is done.
-        cursor.execute(
-            "SELECT GET_LOCK(CONCAT('relstorage-schema:', MD5(DATABASE())), "
-            "%s)", (max(1, int(self.connmanager.lock_timeout)),))
+        # (A Galera node keeps the lock to itself, and some MariaDB
+        # releases refuse it on a cluster, ER_NOT_SUPPORTED_YET, MDEV-30473:
+        # then the schema is made without it, as the statements allow.)
+        try:
+            cursor.execute(
+                "SELECT GET_LOCK(CONCAT('relstorage-schema:', "
+                "MD5(DATABASE())), %s)",
+                (max(1, int(self.connmanager.lock_timeout)),))
+        except self.connmanager.driver.Error as e:
+            if error_number(e) != ER_NOT_SUPPORTED_YET:
+                raise
+            yield
+            return
         if cursor.fetchone()[0] != 1:
             raise CommitLockTimeoutError(
                 f'{self.describe()}: another process kept the schema lock '

@@ -1,0 +1,128 @@
+"""MySQL's pack lock, a lease row (src/relstorage/adapters/mysql/pack.py):
+held while renewed, kept from others, taken again once a holder that
+died lets it expire, and noticed when lost.  tests/test_pack.py runs
+whole packs against it (one pack at a time), tests/test_galera.py two
+packs through two nodes of a cluster."""
+import time
+
+import pytest
+from relstorage.adapters.mysql.pack import PackLease
+from relstorage.errors import PackError
+
+from backends import BACKENDS
+
+pytestmark = pytest.mark.mysql
+
+#: Seconds of the leases of these tests (renewed every second).
+SECONDS = 3
+
+
+@pytest.fixture
+def connmanager():
+    backend = BACKENDS['mysql']()
+    database = backend.new_database()
+    storage = backend.open(database)
+    try:
+        yield storage._adapter.connmanager
+    finally:
+        storage.close()
+        backend.cleanup()
+
+
+def _row(cm):
+    conn = cm.connect()
+    try:
+        cursor = conn.cursor()
+        cursor.execute("SELECT holder FROM lease WHERE name = 'pack'")
+        return cursor.fetchall()
+    finally:
+        cm.close(conn, None)
+
+
+def _delete(cm):
+    conn = cm.connect()
+    try:
+        conn.cursor().execute("DELETE FROM lease WHERE name = 'pack'")
+    finally:
+        cm.close(conn, None)
+
+
+def test_a_renewed_lease_keeps_others_out(connmanager):
+    lease = PackLease(connmanager, SECONDS).take()
+    try:
+        deadline = time.monotonic() + 2 * SECONDS
+        while time.monotonic() < deadline:
+            with pytest.raises(PackError, match=r'another pack .* for \d+s'):
+                PackLease(connmanager, SECONDS).take()
+            time.sleep(0.5)
+        assert not lease.lost
+    finally:
+        lease()
+    assert _row(connmanager) == ()
+    # Given back: the next one takes it at once.
+    PackLease(connmanager, SECONDS).take()()
+
+
+def test_the_lease_of_a_pack_that_died_expires(connmanager):
+    dead = PackLease(connmanager, SECONDS).take()
+    # As if the process were killed: no renewal, nothing given back.
+    dead._stop.set()
+    dead._thread.join()
+    connmanager.close(dead._conn, None)
+    with pytest.raises(PackError, match='killed holds it for at most 3s'):
+        PackLease(connmanager, SECONDS).take()
+    time.sleep(SECONDS + 1.1)
+    lease = PackLease(connmanager, SECONDS).take()
+    try:
+        assert _row(connmanager) == ((lease.holder,),)
+    finally:
+        lease()
+
+
+def test_a_lost_lease_is_noticed_and_not_given_back(connmanager):
+    lease = PackLease(connmanager, SECONDS).take()
+    try:
+        _delete(connmanager)
+        other = PackLease(connmanager, SECONDS).take()
+        deadline = time.monotonic() + SECONDS
+        while not lease.lost and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert lease.lost
+    finally:
+        lease()
+    # Giving back the lost lease left the other's alone.
+    try:
+        assert _row(connmanager) == ((other.holder,),)
+    finally:
+        other()
+
+
+def test_a_pack_whose_lease_was_lost_stops(monkeypatch):
+    """The pack checks its lease between batches and stops once it is
+    lost, with what it removed so far committed."""
+    import transaction
+    import ZODB
+    from persistent.mapping import PersistentMapping
+    from ZODB.serialize import referencesf
+    take = PackLease.take
+
+    def take_then_lose(self):
+        lease = take(self)
+        lease.lost = True
+        return lease
+    monkeypatch.setattr(PackLease, 'take', take_then_lose)
+    backend = BACKENDS['mysql']()
+    storage = backend.open(backend.new_database())
+    try:
+        db = ZODB.DB(storage)
+        with db.transaction() as conn:
+            conn.root()['x'] = PersistentMapping()
+        with db.transaction() as conn:
+            del conn.root()['x']
+        with pytest.raises(PackError, match='lost its lock'):
+            storage.pack(time.time() + 1, referencesf)
+        transaction.abort()
+        db.close()
+    finally:
+        storage.close()
+        backend.cleanup()
