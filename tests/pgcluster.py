@@ -7,10 +7,18 @@ pause or promote them without touching the shared server of the other
 tests.  PostgreSQL refuses to run as root; as root the binaries run as the
 ``postgres`` user (runuser).  Where the binaries or that user are missing
 the tests are skipped, and fail under CI (like an unreachable server).
+
+The standby is asynchronous by default.  ``Cluster(synchronous=True)``
+makes it the primary's synchronous standby: the primary names it in
+``synchronous_standby_names`` (by its ``cluster_name``, which its WAL
+receiver gives as ``application_name``) with ``synchronous_commit =
+remote_apply``, so that a commit returns only once the standby has
+replayed it and answers queries with it.
 """
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -55,11 +63,20 @@ def _free_port():
         return s.getsockname()[1]
 
 
+#: Settings of a primary whose standby is synchronous: the standby's
+#: ``application_name`` (its ``cluster_name``) and commits that wait until
+#: it has replayed them.
+SYNCHRONOUS = ('-c synchronous_standby_names=standby '
+               '-c synchronous_commit=remote_apply')
+
+
 class Server:
-    def __init__(self, cluster, name, port):
+    def __init__(self, cluster, name, port, settings=''):
         self.cluster = cluster
         self.name = name
         self.port = port
+        #: More ``-c name=value`` settings of this server alone.
+        self.settings = settings
         self.data = os.path.join(cluster.root, name)
         self.log = os.path.join(cluster.root, name + '.log')
         self.running = False
@@ -76,7 +93,8 @@ class Server:
     def start(self):
         self.cluster.run(
             'pg_ctl', '-D', self.data, '-l', self.log, '-w', '-t', '60',
-            '-o', f'{SETTINGS} {self.cluster.settings} -c max_connections='
+            '-o', f'{SETTINGS} {self.cluster.settings} {self.settings} '
+                  f'-c cluster_name={self.name} -c max_connections='
                   f'{self.cluster.max_connections} '
                   f'-c listen_addresses=127.0.0.1 '
                   f'-c port={self.port} '
@@ -90,6 +108,31 @@ class Server:
                              'stop', check=False)
             self.running = False
 
+    def kill(self, grace=10):
+        """A crash rather than a stop: SIGKILL to the postmaster.  Its
+        processes (backends, WAL sender, ...) notice that it died and exit
+        by themselves; those still there after ``grace`` seconds get
+        SIGKILL too, by the PIDs read before the kill.  Returns
+        ``(pid, children, seconds)``: the postmaster's PID, how many
+        processes it had and how long they took to go."""
+        with open(os.path.join(self.data, 'postmaster.pid')) as f:
+            pid = int(f.readline())
+        children = _children(pid)
+        os.kill(pid, signal.SIGKILL)
+        self.running = False
+        killed = time.monotonic()
+        left = children
+        while left and time.monotonic() - killed < grace:
+            time.sleep(0.02)
+            left = [child for child in left if _alive(child)]
+        seconds = time.monotonic() - killed
+        for child in left:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return pid, len(children), seconds
+
     def query(self, sql, dbname='postgres', params=None):
         conn = psycopg2.connect(self.dsn(dbname))
         conn.autocommit = True
@@ -101,12 +144,40 @@ class Server:
             conn.close()
 
 
+def _children(pid):
+    """The PIDs of the processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f'/proc/{entry}/stat') as f:
+                stat = f.read()
+        except OSError:
+            continue            # it exited meanwhile
+        # "pid (name) state ppid ...": the name may hold spaces.
+        if int(stat.rsplit(')', 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid):
+    """Whether ``pid`` runs (a zombie does not: it was reaped by init)."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError:
+        return False
+
+
 class Cluster:
     """``primary`` and ``standby`` (a streaming replica of it, unless
     ``standby`` is false), both running; ``close()`` stops both and removes
-    their files."""
+    their files.  With ``synchronous`` the standby is the primary's
+    synchronous standby (see the module's docstring)."""
 
-    def __init__(self, standby=True, max_connections=40, settings=''):
+    def __init__(self, standby=True, max_connections=40, settings='',
+                 synchronous=False):
         self.max_connections = max_connections
         #: More ``-c name=value`` settings of both servers.
         self.settings = settings
@@ -126,7 +197,9 @@ class Cluster:
         self.root = tempfile.mkdtemp(prefix='relstorage-pgcluster-')
         if self.user:
             shutil.chown(self.root, self.user)
-        self.primary = Server(self, 'primary', _free_port())
+        self.synchronous = synchronous
+        self.primary = Server(self, 'primary', _free_port(),
+                              SYNCHRONOUS if synchronous else '')
         self.standby = Server(self, 'standby', _free_port())
         try:
             self.run('initdb', '-D', self.primary.data, '-U', 'root',
@@ -138,6 +211,7 @@ class Cluster:
                      str(self.primary.port), '-U', 'root', '-D',
                      self.standby.data, '-R', '-X', 'stream', '--no-sync')
             self.standby.start()
+            self.wait_streaming()
         except BaseException:
             self.close()
             raise
@@ -178,6 +252,27 @@ class Cluster:
 
     def resume_replay(self):
         self.standby.query('SELECT pg_wal_replay_resume()')
+
+    def wait_streaming(self, timeout=30):
+        """Wait until the primary streams to the standby, as its
+        synchronous standby where the pair is synchronous (the primary
+        counts it as one only once it has caught up)."""
+        wanted = ('streaming', 'sync' if self.synchronous else 'async')
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.replication().get('standby') == wanted:
+                return
+            time.sleep(0.02)
+        raise AssertionError(f'the primary does not stream to the standby '
+                             f'as {wanted} after {timeout}s: '
+                             f'{self.replication()}')
+
+    def replication(self):
+        """``{application_name: (state, sync_state)}`` of the primary's WAL
+        senders (pg_stat_replication)."""
+        return {name: (state, sync) for name, state, sync in
+                self.primary.query('SELECT application_name, state, '
+                                   'sync_state FROM pg_stat_replication')}
 
     def promote(self):
         self.run('pg_ctl', '-D', self.standby.data, '-w', 'promote')
