@@ -1,8 +1,8 @@
-"""MySQL's pack lock, a lease row (src/relstorage/adapters/mysql/pack.py):
-held while renewed, kept from others, taken again once a holder that
-died lets it expire, and noticed when lost.  tests/test_pack.py runs
-whole packs against it (one pack at a time), tests/test_galera.py two
-packs through two nodes of a cluster."""
+"""The pack lock of a Galera cluster, a lease row
+(src/relstorage/adapters/mysql/pack.py), here on a single server: held
+while renewed, kept from others, taken again once a holder that died lets
+it expire, and noticed when lost.  tests/test_galera.py runs zodbpack
+against it through two nodes of a cluster."""
 import time
 
 import pytest
@@ -99,20 +99,22 @@ def test_a_lost_lease_is_noticed_and_not_given_back(connmanager):
 
 def test_a_pack_whose_lease_was_lost_stops(monkeypatch):
     """The pack checks its lease between batches and stops once it is
-    lost, with what it removed so far committed."""
+    lost, with what it removed so far committed.  (The lease is the pack
+    lock of a Galera cluster; here the packer takes it on a single server.)
+    """
     import transaction
     import ZODB
     from persistent.mapping import PersistentMapping
     from ZODB.serialize import referencesf
-    take = PackLease.take
-
-    def take_then_lose(self):
-        lease = take(self)
-        lease.lost = True
-        return lease
-    monkeypatch.setattr(PackLease, 'take', take_then_lose)
     backend = BACKENDS['mysql']()
     storage = backend.open(backend.new_database())
+    packer = storage._adapter.packer
+
+    def take_then_lose(conn, cursor):
+        lease = PackLease(packer.connmanager, SECONDS).take()
+        lease.lost = True
+        return lease
+    monkeypatch.setattr(packer, 'try_lock', take_then_lose)
     try:
         db = ZODB.DB(storage)
         with db.transaction() as conn:

@@ -1,5 +1,5 @@
--- Schema version 4 (Oracle): leases (see mysql.sql; MySQL and MariaDB
--- take their pack lock as the lease named 'pack').  Oracle's pack lock is
+-- Schema version 4 (Oracle): leases (see mysql.sql; a Galera cluster's
+-- pack lock is the lease named 'pack').  Oracle's pack lock is
 -- not a lease: the table is here so that every database has the same
 -- version 4.  Idempotent as relstorage runs it ("already exists" passed
 -- over).

@@ -3,9 +3,9 @@
 --
 -- A lease is held by one process until it gives it back or until it
 -- expires (seconds since the epoch, the server's clock), renewed while the
--- work goes on.  MySQL and MariaDB take their pack lock as the lease named
--- 'pack'; PostgreSQL's pack lock is still an advisory lock, and the table
--- is here so that every database has the same version 4.
+-- work goes on.  A Galera cluster's pack lock is the lease named 'pack';
+-- PostgreSQL's pack lock is still an advisory lock, and the table is here
+-- so that every database has the same version 4.
 CREATE TABLE lease (
     name            VARCHAR(64) NOT NULL PRIMARY KEY,
     holder          VARCHAR(64) NOT NULL,

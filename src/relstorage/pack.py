@@ -59,6 +59,7 @@ from ZODB.utils import u64
 from relstorage.adapters.pack import ALL
 from relstorage.adapters.pack import FORMAT
 from relstorage.adapters.pack import RefsState
+from relstorage.errors import LockConflictError
 from relstorage.errors import PackError
 from relstorage.errors import PackStopped
 from relstorage.metrics import PackProgress
@@ -85,6 +86,13 @@ MIN_BATCH, MAX_BATCH = 20, 20000
 CATCH_UP_EVERY = 5.0
 #: Blobs whose chunks one transaction removes.
 BLOB_BATCH = 100
+
+#: Times a deletion batch is tried when the database ends its transaction
+#: over a conflict (LockConflictError: a deadlock with a committer, or on
+#: a Galera cluster a committer's write set applied through another node),
+#: with a pause of RETRY_PAUSE seconds times the attempt before the next.
+BATCH_ATTEMPTS = 5
+RETRY_PAUSE = 0.1
 #: The deletion phase's name, by history mode (keep_history).  It counts
 #: objects: those removed and (history-preserving) those whose old
 #: revisions are removed.
@@ -628,13 +636,26 @@ class _Session:
                     applied = apply(rows)
                     packer.update_run(cursor, run.phase, upto)
                     return applied
-                skipped += len(rows) - self.write(batch)
+                skipped += len(rows) - self._write_again(batch)
                 run.upto = upto
                 progress.add(len(rows))
                 pacer.pause(started)
         finally:
             progress.end_phase()
             pacer.report(progress)
+
+    def _write_again(self, apply):
+        """``write(apply)``, tried again (rolled back each time) when the
+        database ended the transaction over a conflict."""
+        for attempt in range(1, BATCH_ATTEMPTS + 1):
+            try:
+                return self.write(apply)
+            except LockConflictError as e:
+                if attempt == BATCH_ATTEMPTS:
+                    raise
+                log.info('pack: a batch met a conflict (%s); trying it '
+                         'again', e)
+                time.sleep(RETRY_PAUSE * attempt)
 
     # -- blobs -------------------------------------------------------------
 

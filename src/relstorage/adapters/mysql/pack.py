@@ -8,9 +8,11 @@ deleted from.  So every delete here is a multi-table DELETE joined against
 the pack tables, or takes an IN list of constants (written out, as the
 object mover's are).  The pack runs READ COMMITTED (begin_write), so its deletes
 take no gap locks that an insert of a new object could wait for.  The
-pack lock is the lease named ``pack`` (``PackLease``), not GET_LOCK: a
-Galera node keeps GET_LOCK to itself, so two packs through two nodes would
-both run.  (Only MariaDB 10.11 was at hand to test.)
+pack lock is a GET_LOCK named after the database, which the server
+releases when the pack's session ends; on a Galera node, which keeps
+GET_LOCK to itself (two packs through two nodes would both run), it is the
+lease named ``pack`` instead (``PackLease``), which the cluster
+replicates.  (Only MariaDB 10.11 was at hand to test.)
 """
 import logging
 import threading
@@ -191,8 +193,22 @@ class _MySQLPacker(Packer):
         return in_list(values), []
 
     def try_lock(self, conn, cursor):
-        # Another pack's lease raises PackError, which says for how long.
-        return PackLease(self.connmanager).take()
+        if self.connmanager.galera:
+            # Another pack's lease raises PackError, which says for how
+            # long.
+            return PackLease(self.connmanager).take()
+        # A single server: GET_LOCK, which the server gives back the
+        # moment the session ends (a pack killed with SIGKILL holds
+        # nothing up).
+        cursor.execute(
+            "SELECT GET_LOCK(CONCAT('relstorage.pack.', DATABASE()), 0)")
+        if cursor.fetchone()[0] != 1:
+            return None
+
+        def release():
+            cursor.execute(
+                "SELECT RELEASE_LOCK(CONCAT('relstorage.pack.', DATABASE()))")
+        return release
 
     def oldest_transaction(self, cursor):
         own = in_list(sorted(self.connmanager.sessions or ())) or '0'
