@@ -10,6 +10,8 @@ from transaction.interfaces import TransientError
 from ZODB.Connection import TransactionMetaData
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.utils import p64
+from ZODB.utils import u64
 from ZODB.utils import z64
 
 from relstorage.errors import DisconnectedError
@@ -209,27 +211,13 @@ def test_lost_commit_through_transaction(open_storage, monkeypatch):
 
 # -- the connection lost inside a read snapshot ---------------------------
 
-def _drivers_operational_errors():
-    """The OperationalError classes of the installed drivers."""
-    import importlib
-    found = []
-    for module in ('psycopg2', 'psycopg', 'MySQLdb', 'pymysql'):
-        try:
-            found.append(importlib.import_module(module).OperationalError)
-        except ImportError:
-            pass
-    return tuple(found)
-
-
-@pytest.mark.xfail(strict=True, raises=_drivers_operational_errors(), reason=(
-    "RelStorage.load runs mover.load_current outside connmanager.translate: "
-    "the driver's OperationalError (psycopg2, psycopg's AdminShutdown, "
-    "MySQLdb and PyMySQL 2013) reaches the application"))
-def test_lost_session_inside_a_read_snapshot(open_storage, kill_sessions):
+@pytest.mark.parametrize('read', ['load', 'prefetch', 'loadBefore'])
+def test_lost_session_inside_a_read_snapshot(open_storage, kill_sessions,
+                                             read):
     """The session of an open read snapshot is dropped (a server that
-    crashed or was restarted): the next load that goes to the database
-    raises a retryable DisconnectedError, and the next snapshot reads on a
-    new session."""
+    crashed or was restarted): the next read that goes to the database
+    raises a retryable DisconnectedError, not the driver's own error, and
+    the next snapshot reads on a new session."""
     storage = open_storage()
     first, _ = _committed(storage, 1)
     second, tid = _committed(storage, 2)
@@ -239,7 +227,12 @@ def test_lost_session_inside_a_read_snapshot(open_storage, kill_sessions):
     reader.load(first)
     assert kill_sessions() >= 1
     with pytest.raises(DisconnectedError) as caught:
-        reader.load(second)
+        if read == 'load':
+            reader.load(second)
+        elif read == 'prefetch':
+            reader.prefetch([second])
+        else:
+            reader.loadBefore(second, p64(u64(tid) + 1))
     assert isinstance(caught.value, TransientError)
     reader.poll_invalidations()
     assert reader.load(second)[1] == tid

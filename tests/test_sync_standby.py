@@ -18,7 +18,7 @@ is promoted, the writers go on for a moment and stop; the promoted
 standby's data is then checked against the logs.  With the synchronous
 standby no acknowledged commit may be missing; with the asynchronous one
 the missing ones are counted.  Either way every error the writers saw must
-be relstorage's or ZODB's own (but for the known one below), a commit
+be relstorage's or ZODB's own, a commit
 reported as not committed must be absent, and every counter must match the
 log entries naming it.
 
@@ -55,12 +55,12 @@ plus runs of the fail-over tests alone:
 - Errors the writers saw: ConflictError (each other's), DisconnectedError
   ("no server of replica-conf answered", "committing: lost the
   connection ...; nothing of this transaction was committed"),
-  CommitOutcomeUnknownError, and in about one test in three a raw
-  psycopg2.OperationalError from RelStorage.load: a load in a snapshot
-  whose connection the dying primary closed
-  (tests/test_reconnect.py::test_lost_session_inside_a_read_snapshot,
-  xfail).  That one is counted apart; any other driver error fails the
-  test.
+  CommitOutcomeUnknownError.  Until RelStorage.load translated driver
+  errors, in about one test in three also a raw
+  psycopg2.OperationalError from it: a load in a snapshot whose
+  connection the dying primary closed (now DisconnectedError,
+  tests/test_reconnect.py::test_lost_session_inside_a_read_snapshot).
+  Any driver error fails the test.
 """
 import json
 import random
@@ -306,24 +306,12 @@ def _fail_over(cluster, keep_history, tmp_path, seed):
                 promoted_at=promoted_at, backends_gone=gone)
 
 
-def _a_load_lost_its_connection(event):
-    """Whether the driver error of a ``failed`` event came out of
-    ``RelStorage.load`` (a load in a read snapshot whose connection the
-    dying primary closed): a known defect, see
-    tests/test_reconnect.py::test_lost_session_inside_a_read_snapshot."""
-    frames = [line.strip() for line in event['traceback'].splitlines()
-              if line.strip().startswith('File ')]
-    return any('relstorage/storage.py' in frame
-               and frame.endswith(', in load') for frame in frames)
-
-
 def _examine(run):
     """What the writers' words and the promoted standby's data say:
     counts, and the problems found (a list of sentences)."""
     problems = []
     acked, unknown, failed = {}, {}, {}
     raw = []
-    loads_unclean = 0
     kinds = {}
     examples = {}
     for name, events in run['said'].items():
@@ -339,10 +327,7 @@ def _examine(run):
                 kinds[e['kind']] = kinds.get(e['kind'], 0) + 1
                 examples.setdefault(e['kind'], e['error'])
                 if not e['clean']:
-                    if _a_load_lost_its_connection(e):
-                        loads_unclean += 1
-                    else:
-                        raw.append(e)
+                    raw.append(e)
     present = {(name, attempt): k for name, log in run['logs'].items()
                for attempt, k in log.items()}
     lost = sorted(key for key in acked if key not in present)
@@ -397,7 +382,6 @@ def _examine(run):
         lost=lost,
         noticed_seconds=round(max(noticed), 2) if noticed else None,
         resumed_seconds=round(max(resumed), 2) if resumed else None,
-        driver_errors_from_load=loads_unclean,
         counters_short=short,
         lost_acked_before_kill=sum(
             1 for k in lost if acked[k]['at'] < run['killed_at']),
@@ -426,9 +410,6 @@ def _run(synchronous, keep_history, tmp_path):
     tally.add(GROUP, 'committed transactions checked', found['acked'])
     tally.add(GROUP, f'acknowledged commits lost ({mode})',
               len(found['lost']))
-    if found['driver_errors_from_load']:
-        tally.add(GROUP, 'driver errors out of RelStorage.load (known)',
-                  found['driver_errors_from_load'])
     assert found['acked_before_kill'] >= WRITERS, (
         'too few commits before the kill', found)
     assert not found['problems'], '\n'.join(found['problems'])

@@ -310,12 +310,16 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
                     self._families.note_later(row[0])
             else:
                 row = self._prefetched.pop(oid_int, None)
-                if row is None and self._families:
-                    row = self._read_ahead(cursor, oid, oid_int, snapshot)
-                if row is None:
-                    row = self._adapter.mover.load_current(cursor, oid_int)
+                # A connection lost inside the snapshot: DisconnectedError
+                # (retry the transaction), not the driver's own error.
+                with self._adapter.connmanager.translate('loading'):
+                    if row is None and self._families:
+                        row = self._read_ahead(cursor, oid, oid_int, snapshot)
                     if row is None:
-                        raise POSException.POSKeyError(oid)
+                        row = self._adapter.mover.load_current(
+                            cursor, oid_int)
+                if row is None:
+                    raise POSException.POSKeyError(oid)
                 self._cache.store_loaded(oid_int, row[1], row[0], snapshot)
                 if self._remember_loads:
                     self._recent.remember(oid_int, row[1], row[0])
@@ -362,7 +366,8 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
             wanted = [o for o in wanted if o not in self._prefetched
                       and not cache.has(o, snapshot)]
             if wanted:
-                rows = self._adapter.mover.load_currents(cursor, wanted)
+                with self._adapter.connmanager.translate('prefetching'):
+                    rows = self._adapter.mover.load_currents(cursor, wanted)
                 self._prefetched.update(rows)
                 for oid_int, (state, tid) in rows.items():
                     cache.store_loaded(oid_int, tid, state, snapshot)
@@ -415,24 +420,28 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
             if row is not None and row[0] is not None:
                 # Current in this snapshot: no later revision to name.
                 return row[0], p64(row[1]), None
-            mover = self._adapter.mover
-            row = mover.load_before(cursor, oid_int, before)
-            if row is None and not self._options.keep_history:
-                # History-free: the revision is gone unless this process
-                # deleted the object recently (see RecentStates.deleted).
-                found = self._recent.before(oid_int, before)
-                if found is not None:
-                    state, start, end = found
-                    return state, p64(start), p64(end)
-            if row is None:
-                if not mover.exists(cursor, oid_int):
-                    raise POSException.POSKeyError(oid)
-                return None
-            state, start = row
-            if state is None:
+            with self._adapter.connmanager.translate('loading'):
+                return self._load_before(cursor, oid, oid_int, before)
+
+    def _load_before(self, cursor, oid, oid_int, before):
+        mover = self._adapter.mover
+        row = mover.load_before(cursor, oid_int, before)
+        if row is None and not self._options.keep_history:
+            # History-free: the revision is gone unless this process
+            # deleted the object recently (see RecentStates.deleted).
+            found = self._recent.before(oid_int, before)
+            if found is not None:
+                state, start, end = found
+                return state, p64(start), p64(end)
+        if row is None:
+            if not mover.exists(cursor, oid_int):
                 raise POSException.POSKeyError(oid)
-            end = mover.next_revision_tid(cursor, oid_int, start)
-            return state, p64(start), None if end is None else p64(end)
+            return None
+        state, start = row
+        if state is None:
+            raise POSException.POSKeyError(oid)
+        end = mover.next_revision_tid(cursor, oid_int, start)
+        return state, p64(start), None if end is None else p64(end)
 
     def history(self, oid, size=1):
         oid_int = id_to_int(oid, 'oid')
