@@ -257,7 +257,7 @@ def test_a_guarded_batch_commits_nothing_after_an_abort(cluster, galera_db):
     MariaDB 10.11.19 the guard's statement itself reports the abort, 1213,
     and so does the first ROLLBACK; the two INSERTs before it said OK).
     Without the guard, the same batch's COMMIT commits them."""
-    from relstorage.adapters.mysql.connection import GUARD
+    from relstorage.adapters.mysql.connection import MARKER_GUARD
     from relstorage.adapters.mysql.connection import TEMP_COMMIT
     for statement in (
             'CREATE TABLE t (id INT PRIMARY KEY, v INT) ENGINE=InnoDB',
@@ -280,7 +280,7 @@ def test_a_guarded_batch_commits_nothing_after_an_abort(cluster, galera_db):
             batch = (f"DO SLEEP(5); "
                      f"INSERT INTO l (note) VALUES ('first after'); "
                      f"INSERT INTO l (note) VALUES ('second after'); "
-                     f"{GUARD}; COMMIT")
+                     f"{MARKER_GUARD}; COMMIT")
             runner = threading.Thread(
                 target=lambda: outcomes.extend(_run_batch(cursor, batch)))
             runner.start()

@@ -10,8 +10,6 @@ runs (``MOVE_FROM_TEMP``, ``INSERT_TRANSACTION``).
 """
 from relstorage.adapters.transactions import TransactionControl
 
-from .connection import COMMITTED
-from .connection import GUARDED_COMMIT
 from .connection import run_batch
 
 # A ZODB tid from the session's clock (sessions run in UTC): 32 bits of
@@ -55,10 +53,10 @@ class _MySQLTransactionControl(TransactionControl):
         self._head = [self.CHOOSE_TID.strip(), self.READ_TID.strip()]
         if self.INSERT_TRANSACTION is not None:
             self._head.append(_with_tid(self.INSERT_TRANSACTION))
-        self._tail = [*GUARDED_COMMIT, f'SELECT @relstorage_tid, {COMMITTED}']
-        self._finish = ';\n'.join(
-            self._head + [_with_tid(s) for s in move_statements]
-            + self._tail)
+        self._moves = [_with_tid(s) for s in move_statements]
+        # The batch with the staged rows, per kind of guard (the connection
+        # manager knows which once it has connected).
+        self._finish = {}
         self._move_rows = move_rows
         self.inline_limit = self.INLINE_LIMIT
         # A restore (finish_restore): the caller's tid, no COMMIT.  The
@@ -81,8 +79,15 @@ class _MySQLTransactionControl(TransactionControl):
         params = ()
         if self.INSERT_TRANSACTION is not None:
             params = (status == 'p', user, description, extension)
-        batch = self._finish if rows is None else ';\n'.join(
-            self._head + self._move_rows(rows) + self._tail)
+        guard, committed = self._connmanager.guarded_commit()
+        tail = [*guard, f'SELECT @relstorage_tid, {committed}']
+        if rows is not None:
+            batch = ';\n'.join(self._head + self._move_rows(rows) + tail)
+        else:
+            batch = self._finish.get(guard)
+            if batch is None:
+                batch = self._finish[guard] = ';\n'.join(
+                    self._head + self._moves + tail)
         tid, committed = run_batch(cursor, batch, params)[-1][0]
         self._connmanager.ended(cursor.connection, committed)
         return int(tid)
