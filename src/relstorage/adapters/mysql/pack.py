@@ -161,13 +161,13 @@ class _MySQLPacker(Packer):
     # TRUNCATE, not DELETE: InnoDB deletes row by row with undo records
     # (a million rows of pack_object took seconds).  It commits the
     # transaction it is in (DDL), and what follows in the same call of
-    # _Session.write runs in autocommit mode at the session's isolation
-    # level, REPEATABLE READ, not the READ COMMITTED of begin_write: an
-    # INSERT ... SELECT there reads its source with shared next-key locks
-    # (a FILL after the TRUNCATEs held 4.5 million on object_state for the
-    # minute it ran, at 1,000,000 documents, and a committer deadlocked
-    # with it in tpc_finish).  So the pipeline empties these tables last
-    # in a transaction, or in one of their own.
+    # _Session.write runs outside it, at the session's isolation level
+    # (READ COMMITTED on a store connection today; it was REPEATABLE READ,
+    # where an INSERT ... SELECT reads its source with shared next-key
+    # locks: a FILL after the TRUNCATEs held 4.5 million on object_state
+    # for the minute it ran, at 1,000,000 documents, and a committer
+    # deadlocked with it in tpc_finish).  So the pipeline empties these
+    # tables last in a transaction, or in one of their own.
     CLEAR_RUN = (
         'TRUNCATE pack_run',
         'TRUNCATE pack_object',
