@@ -180,15 +180,15 @@ def _wait_for_sleep(cluster, session, timeout=30):
     pytest.fail('the batch did not reach its SLEEP')
 
 
-@pytest.mark.parametrize('autocommit', [True, False],
-                         ids=['autocommit', 'no-autocommit'])
-def test_a_batch_outlives_its_aborted_transaction(cluster, galera_db,
-                                                  autocommit):
-    """The server's behaviour that the finish batch must survive (see the
-    module's docstring): a transaction aborted by Galera in the middle of a
-    multi-statement batch; the statements after the abort still run and
-    commit.  This test describes the server, not relstorage: if it fails,
-    a newer server stops the batch at the abort."""
+def _abort_in_a_batch(cluster, galera_db, autocommit, setup, begin, batch,
+                      after):
+    """Make tables ``t`` (row 1), ``a`` (row 1) and the log ``l`` through
+    node 1; on a node-1 session run ``setup`` (statements, one by one),
+    ``begin`` (a batch that starts the transaction), an UPDATE of ``t``'s
+    row 1, then ``batch`` in one query, in a thread.  While the batch sleeps (its ``DO SLEEP``), node 2 updates
+    the same row, and Galera aborts node 1's transaction.  Returns the
+    batch's outcomes, its seconds and what ``after(cursor)`` returns, run
+    on the victim's session once the batch is over."""
     for statement in (
             'CREATE TABLE t (id INT PRIMARY KEY, v INT) ENGINE=InnoDB',
             'CREATE TABLE a (id INT PRIMARY KEY, v INT) ENGINE=InnoDB',
@@ -203,12 +203,11 @@ def test_a_batch_outlives_its_aborted_transaction(cluster, galera_db,
         with victim.cursor() as cursor, other.cursor() as other_cursor:
             cursor.execute('SELECT CONNECTION_ID()')
             session = cursor.fetchone()[0]
-            cursor.execute('START TRANSACTION')
+            for statement in setup:
+                _run_batch(cursor, statement)
+            assert _run_batch(cursor, begin)[-1] == 'ok'
             cursor.execute('UPDATE t SET v = v + 1 WHERE id = 1')
             outcomes = []
-            batch = ("UPDATE a SET v = v + 1 WHERE id = 1; DO SLEEP(5); "
-                     "INSERT INTO l (note) VALUES ('first after'); "
-                     "INSERT INTO l (note) VALUES ('second after'); COMMIT")
             runner = threading.Thread(
                 target=lambda: outcomes.extend(_run_batch(cursor, batch)))
             started = time.monotonic()
@@ -220,12 +219,32 @@ def test_a_batch_outlives_its_aborted_transaction(cluster, galera_db,
             finally:
                 runner.join(60)
             seconds = time.monotonic() - started
-            cursor.execute('SELECT @@in_transaction')
-            in_transaction = cursor.fetchone()[0]
-            cursor.execute('ROLLBACK')
+            return outcomes, seconds, after(cursor)
     finally:
         victim.close()
         other.close()
+
+
+@pytest.mark.parametrize('autocommit', [True, False],
+                         ids=['autocommit', 'no-autocommit'])
+def test_a_batch_outlives_its_aborted_transaction(cluster, galera_db,
+                                                  autocommit):
+    """The server's behaviour that the finish batch must survive (see the
+    module's docstring): a transaction aborted by Galera in the middle of a
+    multi-statement batch; the statements after the abort still run and
+    commit.  This test describes the server, not relstorage: if it fails,
+    a newer server stops the batch at the abort."""
+    def in_transaction(cursor):
+        cursor.execute('SELECT @@in_transaction')
+        found = cursor.fetchone()[0]
+        cursor.execute('ROLLBACK')
+        return found
+    outcomes, seconds, in_transaction = _abort_in_a_batch(
+        cluster, galera_db, autocommit, (), 'START TRANSACTION',
+        "UPDATE a SET v = v + 1 WHERE id = 1; DO SLEEP(5); "
+        "INSERT INTO l (note) VALUES ('first after'); "
+        "INSERT INTO l (note) VALUES ('second after'); COMMIT",
+        in_transaction)
     rows = {n: (cluster.sql(n, 'SELECT v FROM t', database=galera_db,
                             sync=True),
                 cluster.sql(n, 'SELECT v FROM a', database=galera_db),
@@ -259,43 +278,20 @@ def test_a_guarded_batch_commits_nothing_after_an_abort(cluster, galera_db):
     Without the guard, the same batch's COMMIT commits them."""
     from relstorage.adapters.mysql.connection import MARKER_GUARD
     from relstorage.adapters.mysql.connection import TEMP_COMMIT
-    for statement in (
-            'CREATE TABLE t (id INT PRIMARY KEY, v INT) ENGINE=InnoDB',
-            'CREATE TABLE l (id INT AUTO_INCREMENT PRIMARY KEY, '
-            'note VARCHAR(40)) ENGINE=InnoDB',
-            'INSERT INTO t VALUES (1, 0)'):
-        cluster.sql(1, statement, database=galera_db)
-    cluster.wait_applied()
-    victim = _multi(cluster, 1, galera_db, True)
-    other = cluster.connect(2, galera_db)
-    try:
-        with victim.cursor() as cursor, other.cursor() as other_cursor:
-            cursor.execute('SELECT CONNECTION_ID()')
-            session = cursor.fetchone()[0]
-            cursor.execute(TEMP_COMMIT)
-            _run_batch(cursor, 'SET autocommit = 0; START TRANSACTION; '
-                               'INSERT INTO temp_commit VALUES (1)')
-            cursor.execute('UPDATE t SET v = v + 1 WHERE id = 1')
-            outcomes = []
-            batch = (f"DO SLEEP(5); "
-                     f"INSERT INTO l (note) VALUES ('first after'); "
-                     f"INSERT INTO l (note) VALUES ('second after'); "
-                     f"{MARKER_GUARD}; COMMIT")
-            runner = threading.Thread(
-                target=lambda: outcomes.extend(_run_batch(cursor, batch)))
-            runner.start()
-            try:
-                _wait_for_sleep(cluster, session)
-                other_cursor.execute('UPDATE t SET v = v + 100 WHERE id = 1')
-            finally:
-                runner.join(60)
-            # The first statement after the abort hears of it (1213).
-            rollback = _run_batch(cursor, 'ROLLBACK')
-            if rollback != ['ok']:
-                rollback += _run_batch(cursor, 'ROLLBACK')
-    finally:
-        victim.close()
-        other.close()
+
+    def rolled_back(cursor):
+        # The first statement after the abort hears of it (1213).
+        outcomes = _run_batch(cursor, 'ROLLBACK')
+        if outcomes != ['ok']:
+            outcomes += _run_batch(cursor, 'ROLLBACK')
+        return outcomes
+    outcomes, _, rollback = _abort_in_a_batch(
+        cluster, galera_db, False, (TEMP_COMMIT,),
+        'START TRANSACTION; INSERT INTO temp_commit VALUES (1)',
+        f"DO SLEEP(5); "
+        f"INSERT INTO l (note) VALUES ('first after'); "
+        f"INSERT INTO l (note) VALUES ('second after'); "
+        f"{MARKER_GUARD}; COMMIT", rolled_back)
     t = cluster.sql(1, 'SELECT v FROM t', database=galera_db, sync=True)
     log = {n: cluster.sql(n, 'SELECT note FROM l', database=galera_db,
                           sync=True) for n in (1, 2, 3)}
