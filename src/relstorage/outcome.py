@@ -20,6 +20,19 @@ failed cleanly.  So the storage asks a new connection:
 * Otherwise the commit may have happened, or another one may have changed
   those objects after this one failed (two writers can even produce the
   same bytes): CommitOutcomeUnknownError, which says what was found.
+
+On a cluster whose nodes apply each other's commits (Galera) the check may
+run on another node than the lost one, which sees the commit only once it
+has received it.  Its reads wait until the node has applied what the
+cluster acknowledged (``connmanager.sync``), but when the lost node died
+while its commit was on its way to the others, that commit is settled
+only when the cluster has changed its membership (``cluster_view``): a
+commit the lost node sent is then on every remaining node, or on none.
+So an unchanged object proves nothing until the view has changed since
+the check began; until then the check is made again, and if the view
+does not change within the reach time (the lost node alive, its commit
+perhaps still running there, where the check's locks cannot reach), the
+outcome is unknown.
 """
 import logging
 import time
@@ -63,6 +76,7 @@ def settle_lost_finish(name, adapter, based_on, lost, open_cursor, drop,
                 cause, lost)
     deadline = time.monotonic() + reach_wait
     oids = sorted(based_on)
+    first_view = None
     while True:
         drop()
         try:
@@ -72,6 +86,7 @@ def settle_lost_finish(name, adapter, based_on, lost, open_cursor, drop,
                 try:
                     # A cluster node that has not applied the lost commit
                     # yet would call it not committed.
+                    view = connmanager.cluster_view(cursor)
                     connmanager.sync(cursor)
                     current, _ = adapter.locker.lock_for_vote(
                         cursor, oids, [], staged=False)
@@ -79,16 +94,29 @@ def settle_lost_finish(name, adapter, based_on, lost, open_cursor, drop,
                     current = adapter.mover.current_tids(cursor, oids)
                 finally:
                     connmanager.rollback(conn, cursor)
-            break
         except DisconnectedError as e:
             if time.monotonic() >= deadline:
                 unknown(name, f'the database was still out of reach after '
                         f'{reach_wait:g}s ({e})', cause, lost)
             time.sleep(REACH_PAUSE)
+            continue
         except Exception as e:
             # A lock timeout: the lost session may still be running.
             unknown(name, f'checking failed: {type(e).__name__}: {e}',
                     cause, lost)
+        unsettled = view is not None and view == first_view
+        if first_view is None:
+            first_view = view
+            unsettled = view is not None
+        if not unsettled or all(current.get(oid, 0) != based_on[oid]
+                                for oid in oids):
+            break
+        # A cluster node, and an object unchanged yet: see the docstring.
+        if time.monotonic() >= deadline:
+            unknown(name, f'the cluster had not changed its membership '
+                    f'after {reach_wait:g}s, so the lost node may still '
+                    f'commit it', cause, lost)
+        time.sleep(REACH_PAUSE)
     unchanged = [oid for oid in oids
                  if current.get(oid, 0) == based_on[oid]]
     if unchanged:

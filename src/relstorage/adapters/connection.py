@@ -142,6 +142,10 @@ class ConnectionManager:
     def sync(self, cursor):
         """See IConnectionManager.sync: nothing to wait for by default."""
 
+    def cluster_view(self, cursor):
+        """See IConnectionManager.cluster_view: None, no cluster."""
+        return None
+
     def begin_analysis(self, conn, cursor):
         """Start the read transaction of a pack's analysis (by default a
         snapshot like any other)."""

@@ -133,6 +133,12 @@ class IConnectionManager(Interface):
         applies other nodes' commits after acknowledging them (Galera)
         waits until it has applied them.  A no-op elsewhere."""
 
+    def cluster_view(cursor):
+        """An identifier of the current membership of the cluster the
+        server belongs to, which changes whenever a node leaves or joins
+        (Galera's ``wsrep_cluster_conf_id``); None where the server is not
+        a node of such a cluster."""
+
     def begin_write(cursor, what):
         """Start a transaction that will write, waiting at most
         commit-lock-timeout for the database to allow it (``what`` names the

@@ -330,6 +330,13 @@ class MySQLConnectionManager(ConnectionManager):
         else:
             run_batch(cursor, SNAPSHOT_BEGIN)
 
+    def cluster_view(self, cursor):
+        if not self.galera:
+            return None
+        cursor.execute("SHOW STATUS LIKE 'wsrep_cluster_conf_id'")
+        rows = cursor.fetchall()
+        return rows[0][1] if rows else None
+
     def sync(self, cursor):
         if self.galera:
             run_batch(cursor, 'SET SESSION wsrep_sync_wait = 1; '
