@@ -104,10 +104,9 @@ def settle_lost_finish(name, adapter, based_on, lost, open_cursor, drop,
             # A lock timeout: the lost session may still be running.
             unknown(name, f'checking failed: {type(e).__name__}: {e}',
                     cause, lost)
-        unsettled = view is not None and view == first_view
         if first_view is None:
             first_view = view
-            unsettled = view is not None
+        unsettled = view is not None and view == first_view
         if not unsettled or all(current.get(oid, 0) != based_on[oid]
                                 for oid in oids):
             break

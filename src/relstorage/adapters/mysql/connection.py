@@ -119,12 +119,15 @@ SNAPSHOT_BEGIN = ('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; '
 #: wsrep_sync_wait = 1 first waits until the node has applied all of them.
 #: The snapshot is fixed by the first read (no CONSISTENT SNAPSHOT, which
 #: would fix it before any wait), which must follow this in the same batch
-#: and be followed by GALERA_SNAPSHOT_FIXED: the snapshot's later reads
-#: need no wait.
-GALERA_SNAPSHOT_BEGIN = ('SET SESSION wsrep_sync_wait = 1; '
-                         'SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; '
-                         'START TRANSACTION READ ONLY')
-GALERA_SNAPSHOT_FIXED = 'SET SESSION wsrep_sync_wait = 0'
+#: and be followed by SYNC_WAIT_OFF: the snapshot's later reads need no
+#: wait.
+SYNC_WAIT_ON = 'SET SESSION wsrep_sync_wait = 1'
+SYNC_WAIT_OFF = 'SET SESSION wsrep_sync_wait = 0'
+GALERA_SNAPSHOT_BEGIN = (f'{SYNC_WAIT_ON}; '
+                         f'SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; '
+                         f'START TRANSACTION READ ONLY')
+#: A read of the commit lock's row, the first read where there is none.
+READ_LAST_TID = 'SELECT tid FROM commit_row WHERE id = 0'
 
 
 def describe_params(params):
@@ -319,14 +322,12 @@ class MySQLConnectionManager(ConnectionManager):
         """The statements that begin a snapshot and run ``first_read`` in
         it, as one batch."""
         if self.galera:
-            return (f'{GALERA_SNAPSHOT_BEGIN}; {first_read}; '
-                    f'{GALERA_SNAPSHOT_FIXED}')
+            return f'{GALERA_SNAPSHOT_BEGIN}; {first_read}; {SYNC_WAIT_OFF}'
         return f'{SNAPSHOT_BEGIN}; {first_read}'
 
     def begin_snapshot(self, conn, cursor):
         if self.galera:
-            run_batch(cursor, self.snapshot_statements(
-                'SELECT tid FROM commit_row WHERE id = 0'))
+            run_batch(cursor, self.snapshot_statements(READ_LAST_TID))
         else:
             run_batch(cursor, SNAPSHOT_BEGIN)
 
@@ -339,9 +340,8 @@ class MySQLConnectionManager(ConnectionManager):
 
     def sync(self, cursor):
         if self.galera:
-            run_batch(cursor, 'SET SESSION wsrep_sync_wait = 1; '
-                              'SELECT tid FROM commit_row WHERE id = 0; '
-                              'SET SESSION wsrep_sync_wait = 0')
+            run_batch(cursor,
+                      f'{SYNC_WAIT_ON}; {READ_LAST_TID}; {SYNC_WAIT_OFF}')
 
     def begin_analysis(self, conn, cursor):
         # Under REPEATABLE READ InnoDB reads the source of an

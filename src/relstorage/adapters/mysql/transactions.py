@@ -4,9 +4,11 @@ The last step of a commit runs as one batch of statements in one round
 trip (the connections allow multi-statement queries): the UPDATE of
 ``commit_row`` takes the commit lock and chooses the tid from the server's
 clock in the same statement, the tid travels to the following statements
-in a session variable, and the guarded COMMIT (see connection.py) ends
-the batch before the tid is read back, with the guard's marker.  The batch is made from the statements the step-by-step path
-runs (``MOVE_FROM_TEMP``, ``INSERT_TRANSACTION``).
+in a session variable, and the guarded COMMIT (connection.py's
+``guarded_commit``) ends the batch before the tid is read back, with what
+says the COMMIT committed this transaction.  The batch is made from the
+statements the step-by-step path runs (``MOVE_FROM_TEMP``,
+``INSERT_TRANSACTION``).
 """
 from relstorage.adapters.transactions import TransactionControl
 
