@@ -864,7 +864,7 @@ class PostgresBench:
                  '%-15s %9s %8s %8s %10s %12s %10s %10s %10s' % (
                      'layout', 'delete s', 'empty', 'written', 'deleted',
                      '2nd written', 'VACUUM s', 'vacuumed', '3rd written')]
-        for layout, size, t1, t2, tv, sizes in self.delete_report:
+        for layout, _size, t1, t2, tv, sizes in self.delete_report:
             lines.append('%-15s %9.3f %8.1f %8.1f %10.1f %12.1f %10.3f %10.1f %10.1f' % (
                 layout, (t1 + t2) / 2, sizes[0], sizes[1], sizes[2], sizes[3],
                 tv, sizes[4], sizes[5]))
@@ -1091,7 +1091,7 @@ class MysqlBench:
         data_of = {'random': os.urandom(biggest), 'zeros': bytes(biggest)}
         for module, method, kind in cases:
             results = []
-            for size, label in sizes:
+            for size, _label in sizes:
                 data = data_of[kind][:size]
                 conn = self._connect(module, self.dbname)
                 m = MysqlMethods(module, conn)

@@ -211,7 +211,7 @@ def zope_conf(directory, storage, imports=''):
             f'  mount-point /\n'
             f'  cache-size {CACHE_SIZE}\n'
             + ''.join(f'  {line}\n' for line in storage.splitlines()) +
-            f'</zodb_db>\n')
+            '</zodb_db>\n')
 
 
 class Instance:

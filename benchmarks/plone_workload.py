@@ -18,7 +18,6 @@ import hashlib
 import html
 import io
 import json
-import os
 import random
 import sys
 import time
@@ -296,7 +295,7 @@ def run_queries(catalog, args):
     (title, URL, type); returns the counts and the seconds."""
     counts = {}
     started = time.perf_counter()
-    for name, query, expected in queries(args):
+    for name, query, _expected in queries(args):
         brains = catalog.searchResults(**query)
         if 'sort_limit' in query:
             brains = brains[:query['sort_limit']]

@@ -374,7 +374,7 @@ def conflicts(db, threads, commits):
         try:
             barrier.wait()
             for j in range(commits):
-                for attempt in range(200):
+                for _attempt in range(200):
                     try:
                         tm.begin()
                         root = conn.root()
@@ -591,7 +591,7 @@ def cmd_load_single(args):
         data, _tid = instance.load(oid)
         samples.append(perf() - start)
         states.append(data)
-    for (oid, key), data in zip(pairs, states):
+    for (_oid, key), data in zip(pairs, states):
         check_item(key, types.SimpleNamespace(**state_of(data)),
                    args.version)
     if instance is not storage:

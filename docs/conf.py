@@ -8,7 +8,7 @@ installed (CI installs it: the test extra includes it).
 """
 project = 'relstorage'
 author = 'The relstorage developers'
-copyright = '2026, the relstorage developers'
+copyright = '2026, the relstorage developers'  # noqa: A001 (Sphinx's name)
 extensions = []
 exclude_patterns = ['_build']
 master_doc = 'index'

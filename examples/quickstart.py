@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 
-import transaction
 import ZODB.config
 from BTrees.OOBTree import OOBTree
 from persistent.mapping import PersistentMapping

@@ -79,7 +79,7 @@ def run_write(config_path, name, count, size):
     written = checked = 0
     wrong = []
     for index in range(count):
-        for attempt in range(MAX_ATTEMPTS):
+        for _attempt in range(MAX_ATTEMPTS):
             try:
                 tm.begin()
                 blob = Blob(content(name, index, size))

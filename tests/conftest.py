@@ -1,7 +1,10 @@
-"""Fixtures shared by all tests: the database backends."""
+"""Fixtures shared by all tests: the database backends, storages and
+databases opened on them, and worker processes."""
 import pytest
+import ZODB
 
 from backends import BACKENDS
+from children import Worker
 
 
 MARKERS = {'sqlite': 'sqlite', 'postgresql': 'postgresql',
@@ -51,6 +54,47 @@ def open_storage(backend, database, keep_history):
     yield open_
     for storage in opened:
         storage.close()
+
+
+
+@pytest.fixture
+def config_file(backend, database, keep_history, tmp_path):
+    """A file holding the ZConfig text that opens the test's database."""
+    path = tmp_path / 'storage.conf'
+    path.write_text(backend.zconfig(database, keep_history=keep_history),
+                    encoding='utf-8')
+    return str(path)
+
+
+@pytest.fixture
+def spawn(tmp_path):
+    """Start workers; all are killed and reaped at teardown."""
+    started = []
+
+    def spawn_(label, *args):
+        worker = Worker(label, args, str(tmp_path))
+        started.append(worker)
+        return worker
+
+    yield spawn_
+    for worker in started:
+        worker.close()
+
+
+@pytest.fixture
+def open_db(open_storage):
+    """Open ``ZODB.DB`` over storages from ``open_storage``; closed at
+    teardown."""
+    dbs = []
+
+    def open_(**options):
+        db = ZODB.DB(open_storage(**options))
+        dbs.append(db)
+        return db
+
+    yield open_
+    for db in dbs:
+        db.close()
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -28,9 +28,7 @@ from backends import BACKENDS
 from test_processes import START_TIMEOUT
 from test_processes import _make_objects
 from test_processes import connect
-from test_processes import open_db       # noqa: F401 (fixture)
 from test_processes import raw_value
-from test_processes import spawn         # noqa: F401 (fixture)
 
 #: Seconds a victim waits for a lock before giving up: far longer than the
 #: tests take to kill it.

@@ -18,10 +18,7 @@ import time
 
 import workers
 from test_processes import START_TIMEOUT
-from test_processes import config_file  # noqa: F401 (a fixture)
 from test_processes import connect
-from test_processes import open_db  # noqa: F401 (a fixture)
-from test_processes import spawn  # noqa: F401 (a fixture)
 
 #: Processes moving money at the same time.
 TELLERS = 4

@@ -322,7 +322,7 @@ def test_limit_is_never_exceeded():
     rng = random.Random(42)
     limit = 60 * (ENTRY_OVERHEAD + 100)
     cache = cache_at(1000, limit=limit)
-    for step in range(5000):
+    for _step in range(5000):
         oid = rng.randrange(300)
         action = rng.random()
         if action < 0.5:

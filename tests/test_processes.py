@@ -14,7 +14,6 @@ import time
 
 import pytest
 import transaction
-import ZODB
 from ZODB.POSException import POSKeyError
 from ZODB.tests.MinPO import MinPO
 from ZODB.utils import p64
@@ -22,52 +21,11 @@ from ZODB.utils import u64
 from zodbpickle.pickle import Unpickler
 
 import workers
-from children import Worker
 from relstorage.errors import CommitLockTimeoutError
 
 #: Seconds a child may take to start and open the database.
 START_TIMEOUT = 30
 
-
-
-@pytest.fixture
-def config_file(backend, database, keep_history, tmp_path):
-    """A file holding the ZConfig text that opens the test's database."""
-    path = tmp_path / 'storage.conf'
-    path.write_text(backend.zconfig(database, keep_history=keep_history),
-                    encoding='utf-8')
-    return str(path)
-
-
-@pytest.fixture
-def spawn(tmp_path):
-    """Start workers; all are killed and reaped at teardown."""
-    started = []
-
-    def spawn_(label, *args):
-        worker = Worker(label, args, str(tmp_path))
-        started.append(worker)
-        return worker
-
-    yield spawn_
-    for worker in started:
-        worker.close()
-
-
-@pytest.fixture
-def open_db(open_storage):
-    """Open ``ZODB.DB`` over storages from ``open_storage``; closed at
-    teardown."""
-    dbs = []
-
-    def open_(**options):
-        db = ZODB.DB(open_storage(**options))
-        dbs.append(db)
-        return db
-
-    yield open_
-    for db in dbs:
-        db.close()
 
 
 def connect(db):
@@ -125,7 +83,7 @@ def test_concurrent_counter(open_db, config_file, spawn, keep_history):
                for name, r in results.items()}
     print(f'\n{WRITERS}x{TRANSACTIONS} commits in {elapsed:.1f}s: {summary}')
     committed = []
-    for name, result in results.items():
+    for result in results.values():
         assert result['committed'] == TRANSACTIONS, result
         assert result['start_value'] == 0, result
         assert result['went_backwards'] == 0, result

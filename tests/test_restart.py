@@ -23,7 +23,6 @@ import workers
 from private import PrivateMariaDB
 from private import PrivatePostgreSQL
 from test_processes import START_TIMEOUT
-from test_processes import spawn         # noqa: F401 (fixture)
 
 #: Client processes.
 CLIENTS = 3
@@ -103,7 +102,7 @@ def test_server_restart(private, tmp_path, spawn):
             unknown[name] += [e for e in other if e['event'] == 'unknown']
 
         # 1. Idle clients: a short period, the restart, another period.
-        for name, child in children.items():
+        for child in children.values():
             child.send('go')
         time.sleep(IDLE_PERIOD)
         for name, child in children.items():
@@ -112,7 +111,7 @@ def test_server_restart(private, tmp_path, spawn):
             record(name, events, other)
             assert result['errors'] == {} and result['torn'] == 0, result
         private.restart()
-        for name, child in children.items():
+        for child in children.values():
             child.send('go')
         time.sleep(IDLE_PERIOD)
         for name, child in children.items():

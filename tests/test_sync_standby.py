@@ -363,7 +363,7 @@ def _examine(run):
     # Per writer: seconds from the kill to its first failure, and from
     # the promotion to its first commit after it.
     noticed, resumed = [], []
-    for name, events in run['said'].items():
+    for events in run['said'].values():
         failures = [e['at'] for e in events if e['event'] != 'acked'
                     and e.get('at', 0) > run['killed_at']]
         if failures:

@@ -547,8 +547,9 @@ def test_any_pair_of_databases(small_source, tmp_path):
         for kind in ('sqlite', 'postgresql', 'mysql'):
             backend = BACKENDS[kind]()
             backends.append(backend)
+            database = backend.new_database()
             steps.append(
-                lambda name, backend=backend, database=backend.new_database(),
+                lambda name, backend=backend, database=database,
                 kind=kind: relstorage_section(
                     backend, database, True, name,
                     blob_dir=tmp_path / f'{kind}-blobs',

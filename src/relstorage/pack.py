@@ -49,6 +49,7 @@ Progress goes to a ``Progress`` (the default logs at INFO level); a
 progress that asks to stop makes the pack raise ``PackStopped`` at the
 next batch boundary.
 """
+import functools
 import logging
 import queue
 import threading
@@ -396,7 +397,7 @@ class _Session:
         while True:
             self._check_stop()
 
-            def page():
+            def page(after=after):
                 rows = packer.kept_unanalysed(cursor, pack_tid, after, PAGE)
                 self._record_refs(rows)
                 return (rows[-1][0], len(rows)) if rows else (None, 0)
@@ -420,7 +421,8 @@ class _Session:
             if commit_steps:
                 self._check_stop()
                 count = self.write(
-                    lambda: packer.walk_step(cursor, depth, frontier))
+                    functools.partial(packer.walk_step, cursor, depth,
+                                      frontier))
             else:
                 count = packer.walk_step(cursor, depth, frontier)
             if count <= 0:
@@ -632,7 +634,7 @@ class _Session:
                     return skipped
                 upto = rows[-1][0]
 
-                def batch():
+                def batch(rows=rows, upto=upto):
                     applied = apply(rows)
                     packer.update_run(cursor, run.phase, upto)
                     return applied
@@ -670,12 +672,13 @@ class _Session:
         while True:
             self._check_stop()
             blob_ids = self.read(
-                lambda: blobs.orphans(cursor, after, BLOB_BATCH))
+                functools.partial(blobs.orphans, cursor, after, BLOB_BATCH))
             if not blob_ids:
                 break
             after = blob_ids[-1]
             started = time.monotonic()
-            self.write(lambda: blobs.delete_chunks(cursor, blob_ids))
+            self.write(
+                functools.partial(blobs.delete_chunks, cursor, blob_ids))
             removed += len(blob_ids)
             pacer.pause(started)
         if removed:

@@ -500,7 +500,7 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
             None if start is None else id_to_int(start, 'start'),
             None if stop is None else id_to_int(stop, 'stop'))
 
-    def record_iternext(self, next=None):
+    def record_iternext(self, next=None):  # noqa: A002 (IStorageIteration's signature)
         start = 0 if next is None else id_to_int(next, 'next')
         with self._lock:
             rows = self._read_latest(

@@ -93,7 +93,7 @@ def transaction_info(tid, user, description, extension):
 class UndoMethods:
     """undoLog and undoInfo of RelStorage (a mix-in)."""
 
-    def undoLog(self, first=0, last=-20, filter=None):
+    def undoLog(self, first=0, last=-20, filter=None):  # noqa: A002 (IStorageUndoable's signature)
         if last < 0:
             last = first - last
         wanted = last - first
@@ -107,7 +107,7 @@ class UndoMethods:
             with self._lock:
                 rows = self._read_latest(
                     'undoLog', lambda cursor: self._adapter.history.undo_log(
-                        cursor, offset, page))
+                        cursor, offset, page))  # noqa: B023 (run at once)
             if not rows:
                 break
             offset += len(rows)

@@ -1,6 +1,7 @@
 """Shared default of the connection-manager role
 (see interfaces.IConnectionManager)."""
 import contextlib
+import functools
 import time
 
 from relstorage.errors import DisconnectedError
@@ -65,7 +66,7 @@ class ConnectionManager:
         for server in replicas.candidates():
             try:
                 conn = self._connect_when_free(
-                    lambda: self._connect_server(server, read_only),
+                    functools.partial(self._connect_server, server, read_only),
                     self._is_full, self._describe_server(server))
             except DisconnectedError as e:
                 failures.append(str(e))

@@ -31,6 +31,16 @@ FORMAT = 2
 ALL = (1 << 63) - 1
 
 
+
+@functools.lru_cache(maxsize=None)
+def _with_param(statement, param):
+    """``statement`` with its ``?`` placeholders written as ``param``
+    (cached per statement and style, not per packer: a cache on the
+    method would keep every packer alive)."""
+    if param == '?':
+        return statement
+    return statement.replace('?', param)
+
 class RefsState:
     """The row of ``pack_state``: how far the reference analysis has got.
 
@@ -66,7 +76,7 @@ class PackRun:
     #: leaves when it ran from its analysis to its end (``Packer.base``).
     ANALYSING, ANALYSED, DELETED, DONE = 0, 1, 3, 4
 
-    def __init__(self, format, pack_tid, gc, refs_tid, objects, phase, upto):
+    def __init__(self, format, pack_tid, gc, refs_tid, objects, phase, upto):  # noqa: A002 (the pack_run column's name)
         self.format = format
         self.pack_tid = pack_tid
         self.gc = bool(gc)
@@ -271,11 +281,8 @@ class Packer:
 
     # -- plumbing --------------------------------------------------------
 
-    @functools.lru_cache(maxsize=None)
     def _sql(self, statement):
-        if self.PARAM == '?':
-            return statement
-        return statement.replace('?', self.PARAM)
+        return _with_param(statement, self.PARAM)
 
     def _run(self, cursor, statement, params=()):
         cursor.execute(self._sql(statement), params)

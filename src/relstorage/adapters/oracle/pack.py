@@ -49,6 +49,11 @@ def numbered(statement):
     return _QUESTION.sub(lambda m: f':p{next(counter)}', statement)
 
 
+
+# Cached per statement, not per packer (a cache on the method would keep
+# every packer alive).
+_numbered = functools.lru_cache(maxsize=None)(numbered)
+
 class _OraclePacker(Packer):
 
     # Garbage skipped when a committer holds its row (see lock_garbage).
@@ -100,9 +105,8 @@ class _OraclePacker(Packer):
         FETCH FIRST ? ROWS ONLY"""
     PACK_LOCK = 'SELECT id FROM schema_version WHERE id = 0 FOR UPDATE NOWAIT'
 
-    @functools.lru_cache(maxsize=None)
     def _sql(self, statement):
-        return numbered(statement)
+        return _numbered(statement)
 
     def _in(self, values):
         return in_binds(values)
