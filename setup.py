@@ -67,10 +67,10 @@ setup(
         ],
         # relstorage from a URI (see relstorage/uri.py).
         'zodburi.resolvers': [
-            'postgresql = relstorage.uri:resolve_postgresql',
-            'postgres = relstorage.uri:resolve_postgresql',
-            'mysql = relstorage.uri:resolve_mysql',
-            'sqlite = relstorage.uri:resolve_sqlite',
+            'postgresql = relstorage.config.uri:resolve_postgresql',
+            'postgres = relstorage.config.uri:resolve_postgresql',
+            'mysql = relstorage.config.uri:resolve_mysql',
+            'sqlite = relstorage.config.uri:resolve_sqlite',
         ],
     },
     zip_safe=False,

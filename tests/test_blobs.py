@@ -389,7 +389,7 @@ def test_pack_removes_blob_data(open_blob_storage, dbs, blob_dir,
 
 def test_interrupted_pack_leaves_no_orphans_once_run_again(
         open_storage, dbs, blob_dir, monkeypatch, backend):
-    import relstorage.pack
+    from relstorage.pack.session import _Session
     storage = open_storage(blob_dir=blob_dir, shared_blob_dir=False)
     db = dbs(storage)
     for index in range(5):
@@ -404,7 +404,7 @@ def test_interrupted_pack_leaves_no_orphans_once_run_again(
         raise KeyboardInterrupt('the pack was stopped here')
 
     # Stopped after the revisions went, before their chunks did.
-    monkeypatch.setattr(relstorage.pack._Session, 'remove_blob_chunks',
+    monkeypatch.setattr(_Session, 'remove_blob_chunks',
                         killed)
     with pytest.raises(KeyboardInterrupt):
         _pack_now(storage)

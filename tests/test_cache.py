@@ -10,11 +10,11 @@ from persistent.mapping import PersistentMapping
 from ZODB.POSException import POSKeyError
 from ZODB.utils import p64
 
-from relstorage import persistentcache
-from relstorage.cache import ENTRY_OVERHEAD
-from relstorage.cache import RecentStates
-from relstorage.options import ConfigurationError
-from relstorage.options import Options
+from relstorage.cache import persistent as persistentcache
+from relstorage.cache.recent import ENTRY_OVERHEAD
+from relstorage.cache.recent import RecentStates
+from relstorage.config.options import ConfigurationError
+from relstorage.config.options import Options
 
 
 def _commit_value(db, key, value):
@@ -296,7 +296,7 @@ def test_a_cache_file_of_another_database_is_not_used(
     """A file whose entries disagree with the database about objects that
     did not change since its horizon (a database recreated under the same
     name): the sampled check refuses the whole file."""
-    from relstorage.localcache import LocalCache
+    from relstorage.cache.local import LocalCache
     directory = str(tmp_path / 'cache')
     storage = open_storage(cache_local_dir=directory)
     db = ZODB.DB(storage)
@@ -565,7 +565,7 @@ def test_recent_states_decode_only_what_is_asked_for():
 # -- read-ahead that learns whether it pays ----------------------------
 
 def test_usefulness_levels_and_decay():
-    from relstorage import readahead
+    from relstorage.cache import readahead
     useful = readahead.Usefulness()
     kind = b'cBTrees.OOBTree\nOOBucket'
     assert useful.needed(kind) == 2              # no evidence yet
@@ -592,7 +592,7 @@ def test_usefulness_levels_and_decay():
 
 def test_kind_of_a_zodb_record():
     from ZODB.tests.StorageTestBase import zodb_pickle
-    from relstorage.readahead import kind_of
+    from relstorage.cache.readahead import kind_of
     state = zodb_pickle(PersistentMapping(a=1))
     assert b'PersistentMapping' in kind_of(state)
     assert kind_of(b'not a pickle') == b''
@@ -605,7 +605,7 @@ def test_families_from_protocol_3_and_protocol_2_records():
     oids as SHORT_BINSTRING) are scanned too."""
     import pickle
     from ZODB.utils import p64
-    from relstorage.readahead import Families
+    from relstorage.cache.readahead import Families
 
     def record(protocol, oids):
         # ZODB's layout: the class pickle, then the state, each reference
@@ -640,7 +640,7 @@ def test_read_ahead_stops_where_it_does_not_pay_and_comes_back(
     make read-ahead load 28 rows nobody asks for, each time: after
     EVIDENCE rows of that, two misses no longer read ahead (eight are
     needed).  Transactions that read every child bring it back."""
-    from relstorage import readahead
+    from relstorage.cache import readahead
     storage = open_storage(cache_local_mb=0)
     if not storage._adapter.capabilities.network_round_trips:
         pytest.skip('no read-ahead on an embedded database')

@@ -11,9 +11,9 @@ import ZODB.config
 from backends import query
 from relstorage.errors import ConfigurationError
 from relstorage.errors import SchemaError
-from relstorage.options import IGNORED
-from relstorage.options import Options
-from relstorage.options import section_keys
+from relstorage.config.options import IGNORED
+from relstorage.config.options import Options
+from relstorage.config.options import section_keys
 
 
 def _open(text):

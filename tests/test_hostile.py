@@ -24,8 +24,8 @@ from ZODB.utils import p64
 from ZODB.utils import z64
 
 import tally
-from relstorage.options import ConfigurationError
-from relstorage.options import Options
+from relstorage.config.options import ConfigurationError
+from relstorage.config.options import Options
 
 GROUP = 'hostile input'
 

@@ -177,7 +177,7 @@ def test_disk_full_mariadb(keep_history, monkeypatch):
     space) in rollback"): the commit then fails as a lost connection, and
     once there is space and the server is started again, its recovery has
     kept every committed transaction and none of the failed one."""
-    from relstorage import outcome
+    from relstorage.storage import outcome
     # Not the default 20s: the test knows the server is down.
     monkeypatch.setattr(outcome, 'REACH_WAIT', 1.0)
     with contextlib.ExitStack() as stack:

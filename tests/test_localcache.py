@@ -10,11 +10,11 @@ from collections import deque
 
 import pytest
 
-from relstorage.localcache import ENTRY_OVERHEAD
-from relstorage.localcache import LocalCache
-from relstorage.localcache import NullCache
-from relstorage.localcache import make_cache
-from relstorage.cachefile import read_file
+from relstorage.cache.local import ENTRY_OVERHEAD
+from relstorage.cache.local import LocalCache
+from relstorage.cache.local import NullCache
+from relstorage.cache.local import make_cache
+from relstorage.cache.file import read_file
 
 BIG = 1 << 30
 
@@ -657,7 +657,7 @@ def test_read_file_rejects_bad_files(tmp_path, caplog, damage):
     else:
         with open(path, 'wb') as f:
             f.write(data)
-    with caplog.at_level(logging.WARNING, logger='relstorage.cachefile'):
+    with caplog.at_level(logging.WARNING, logger='relstorage.cache.file'):
         assert read_file(path, identity) is None
     assert any('Ignoring persistent cache file' in r.getMessage()
                for r in caplog.records)

@@ -25,7 +25,7 @@ from ZODB.utils import u64
 import relstorage.adapters.schema
 from relstorage import migrations
 from relstorage.errors import SchemaError
-from relstorage.options import Options
+from relstorage.config.options import Options
 
 MIGRATE = os.path.join(os.path.dirname(sys.executable), 'relstorage-migrate')
 LATEST = migrations.LATEST

@@ -29,7 +29,7 @@ sqlglot = pytest.importorskip('sqlglot')
 from relstorage import migrations                          # noqa: E402
 from relstorage.adapters.oracle import OracleAdapter      # noqa: E402
 from relstorage.adapters.oracle import drivers            # noqa: E402
-from relstorage.options import Options                    # noqa: E402
+from relstorage.config.options import Options                    # noqa: E402
 
 GROUP = 'Oracle without a server'
 

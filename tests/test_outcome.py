@@ -11,7 +11,7 @@ from ZODB.utils import z64
 from backends import BACKENDS
 from relstorage.errors import CommitOutcomeUnknownError
 from relstorage.errors import DisconnectedError
-from relstorage.outcome import settle_lost_finish
+from relstorage.storage.outcome import settle_lost_finish
 
 pytestmark = pytest.mark.sqlite
 

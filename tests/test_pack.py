@@ -19,12 +19,13 @@ from ZODB.serialize import referencesf
 from ZODB.utils import p64
 from ZODB.utils import u64
 
-import relstorage.pack
+from relstorage.pack import analysis as pack_analysis
+from relstorage.pack import throttle as pack_throttle
 from backends import query
 from relstorage.errors import PackError
 from relstorage.errors import PackStopped
-from relstorage.pack import DELETING
-from relstorage.pack import Progress
+from relstorage.pack.deletion import DELETING
+from relstorage.progress import Progress
 
 
 class Recorder(Progress):
@@ -143,9 +144,8 @@ def test_many_revisions_written_since_are_read_in_key_order(
     since the last analysis is read by a scan in key order, and the
     references recorded are those of every revision left: the same as
     read in the order written."""
-    import relstorage.pack
-    monkeypatch.setattr(relstorage.pack, 'PAGE', 50)
-    monkeypatch.setattr(relstorage.pack, 'SCAN_SINCE_ROWS', 100)
+    monkeypatch.setattr(pack_analysis, 'PAGE', 50)
+    monkeypatch.setattr(pack_analysis, 'SCAN_SINCE_ROWS', 100)
     storage = open_storage()
     db = ZODB.DB(storage)
     _build(db, 200)
@@ -208,8 +208,7 @@ def test_helper_tables_keep_only_what_the_next_pack_needs(open_storage):
 
 def test_an_analysis_stopped_part_way_goes_on_where_it_stopped(
         open_storage, monkeypatch):
-    import relstorage.pack
-    monkeypatch.setattr(relstorage.pack, 'PAGE', 50)
+    monkeypatch.setattr(pack_analysis, 'PAGE', 50)
     storage = open_storage()
     db = ZODB.DB(storage)
     dropped = _build(db, 200)
@@ -284,9 +283,8 @@ def test_prepack_then_deletion_with_what_was_committed_between(
 
 def test_a_deletion_stopped_part_way_is_continued(open_storage,
                                                   monkeypatch):
-    import relstorage.pack
-    monkeypatch.setattr(relstorage.pack, 'FIRST_BATCH', 20)
-    monkeypatch.setattr(relstorage.pack, 'MIN_BATCH', 20)
+    monkeypatch.setattr(pack_throttle, 'FIRST_BATCH', 20)
+    monkeypatch.setattr(pack_throttle, 'MIN_BATCH', 20)
     storage = open_storage(pack_batch_timeout=0.0, pack_duty_cycle=1.0)
     db = ZODB.DB(storage)
     dropped = _build(db, 300)
@@ -946,13 +944,13 @@ class _NoTranslation:
 
 @pytest.fixture
 def pages(monkeypatch):
-    monkeypatch.setattr(relstorage.pack, 'PAGE', 2)
+    monkeypatch.setattr(pack_analysis, 'PAGE', 2)
     made = []
 
     def make(rows, up_to=100, fail_after=None):
         packer = _PagedPacker(rows, fail_after)
-        made.append(relstorage.pack._Pages(packer, _NoTranslation(), None,
-                                           up_to))
+        made.append(pack_analysis._Pages(packer, _NoTranslation(), None,
+                                         up_to))
         return made[-1], packer
     yield make
     for each in made:
@@ -961,7 +959,7 @@ def pages(monkeypatch):
 
 
 def test_analysis_pages_are_read_ahead_by_another_thread(pages):
-    from relstorage.pack import SCAN
+    from relstorage.pack.analysis import SCAN
     rows = [(zoid, 10, b'') for zoid in range(1, 6)]
     reader, packer = pages(rows)
     got = []
@@ -980,7 +978,7 @@ def test_analysis_pages_are_read_ahead_by_another_thread(pages):
 
 
 def test_analysis_tail_pages_go_on_from_the_last_tid_and_zoid(pages):
-    from relstorage.pack import TAIL
+    from relstorage.pack.analysis import TAIL
     rows = [(3, 11, b''), (1, 12, b''), (2, 12, b''), (1, 13, b'')]
     reader, packer = pages(rows, up_to=12)
     first = reader.get((TAIL, 10, 0))
@@ -991,7 +989,7 @@ def test_analysis_tail_pages_go_on_from_the_last_tid_and_zoid(pages):
 
 
 def test_a_page_read_ahead_is_dropped_when_another_is_asked_for(pages):
-    from relstorage.pack import SCAN
+    from relstorage.pack.analysis import SCAN
     rows = [(zoid, 10, b'') for zoid in range(1, 6)]
     reader, packer = pages(rows)
     assert reader.get((SCAN, 0, 0, 10, -1)) == rows[:2]
@@ -1002,7 +1000,7 @@ def test_a_page_read_ahead_is_dropped_when_another_is_asked_for(pages):
 
 
 def test_a_failed_read_ahead_raises_in_the_caller(pages):
-    from relstorage.pack import SCAN
+    from relstorage.pack.analysis import SCAN
     rows = [(zoid, 10, b'') for zoid in range(1, 6)]
     reader, packer = pages(rows, fail_after=2)
     assert reader.get((SCAN, 0, 0, 10, -1)) == rows[:2]
@@ -1032,10 +1030,10 @@ class _Notes(Progress):
 def test_the_pacer_pauses_only_while_others_commit_and_says_so(monkeypatch):
     clock = [100.0]
     slept = []
-    monkeypatch.setattr(relstorage.pack, 'time', types.SimpleNamespace(
+    monkeypatch.setattr(pack_throttle, 'time', types.SimpleNamespace(
         monotonic=lambda: clock[0], sleep=slept.append))
     last = [7]
-    pacer = relstorage.pack._Pacer(_PacerOptions(), lambda: last[0])
+    pacer = pack_throttle.Pacer(_PacerOptions(), lambda: last[0])
 
     def batch(seconds, committed):
         started = clock[0]
@@ -1046,7 +1044,7 @@ def test_the_pacer_pauses_only_while_others_commit_and_says_so(monkeypatch):
 
     batch(0.5, committed=False)     # nobody committed: no pause
     assert slept == []
-    assert pacer.size == 2 * relstorage.pack.FIRST_BATCH
+    assert pacer.size == 2 * pack_throttle.FIRST_BATCH
     batch(0.8, committed=True)      # duty cycle 0.5: as long as the batch
     batch(10.0, committed=True)     # at most pack-max-delay
     assert slept == [pytest.approx(0.8), 3.0]
@@ -1058,12 +1056,12 @@ def test_the_pacer_pauses_only_while_others_commit_and_says_so(monkeypatch):
 
 
 def test_the_pacer_says_nothing_without_pauses(monkeypatch):
-    monkeypatch.setattr(relstorage.pack, 'time', types.SimpleNamespace(
+    monkeypatch.setattr(pack_throttle, 'time', types.SimpleNamespace(
         monotonic=time.monotonic, sleep=pytest.fail))
     options = _PacerOptions()
     options.pack_duty_cycle = 1.0
     last = [1]
-    pacer = relstorage.pack._Pacer(options, lambda: last[0])
+    pacer = pack_throttle.Pacer(options, lambda: last[0])
     last[0] += 1
     pacer.pause(time.monotonic())
     notes = _Notes()

@@ -114,7 +114,7 @@ def _fail_finish(monkeypatch, after):
     """Make PendingTransaction.finish lose the connection, before the
     real finish or (``after``) once it has committed, as a reply lost on
     its way back would."""
-    from relstorage import tpc
+    from relstorage.storage import commit as tpc
     real = tpc.PendingTransaction.finish
 
     def finish(self, *args, **kwargs):

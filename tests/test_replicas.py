@@ -19,13 +19,13 @@ from ZODB.POSException import ReadConflictError
 
 import tally
 
-from relstorage import replicas as replicas_module
+from relstorage.config import replicas as replicas_module
 from relstorage.errors import DisconnectedError
-from relstorage.options import ConfigurationError
-from relstorage.options import Options
-from relstorage.replicas import ReplicaList
-from relstorage.replicas import parse_server
-from relstorage.replicas import read_servers
+from relstorage.config.options import ConfigurationError
+from relstorage.config.options import Options
+from relstorage.config.replicas import ReplicaList
+from relstorage.config.replicas import parse_server
+from relstorage.config.replicas import read_servers
 from relstorage.storage import RelStorage
 
 #: A port nothing listens on: connections are refused at once.

@@ -51,7 +51,7 @@ def test_an_older_schema_is_refused_until_its_steps_are_applied(
     from relstorage import migrations
     from relstorage.adapters.schema import ddl_statements
     from relstorage.errors import SchemaError
-    from relstorage.options import Options
+    from relstorage.config.options import Options
     # A database at version 1, as the first relstorage made it.
     adapter = backend.adapter(database)
     adapter.configure(Options(keep_history=keep_history))

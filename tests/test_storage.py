@@ -18,7 +18,7 @@ from ZODB.tests.StorageTestBase import zodb_unpickle
 from ZODB.utils import p64
 from ZODB.utils import z64
 
-import relstorage.tpc
+import relstorage.storage.commit
 from relstorage.tids import tid_for_time
 
 
@@ -147,7 +147,7 @@ def test_store_rejects_bad_values_naming_the_oid(open_storage):
 
 
 def test_large_transaction_is_staged_in_parts(open_storage, monkeypatch):
-    monkeypatch.setattr(relstorage.tpc, 'SPILL_BYTES', 2000)
+    monkeypatch.setattr(relstorage.storage.commit, 'SPILL_BYTES', 2000)
     storage = open_storage()
     oids = [storage.new_oid() for _ in range(300)]
     t = TransactionMetaData()
@@ -682,8 +682,8 @@ def test_an_iterator_whose_server_refused_leaves_nothing_to_clean_up(
     import gc
     import sys
     from pgcluster import _free_port
-    from relstorage.iteration import TransactionIterator
-    from relstorage.options import Options
+    from relstorage.storage.iteration import TransactionIterator
+    from relstorage.config.options import Options
     port = _free_port()         # nothing listens there
     if kind == 'postgresql':
         pytest.importorskip('psycopg2')

@@ -12,7 +12,7 @@ from ZODB.DemoStorage import DemoStorage
 
 from backends import MYSQL_HOST
 from backends import MYSQL_USER
-from relstorage.options import ConfigurationError
+from relstorage.config.options import ConfigurationError
 from relstorage.storage import RelStorage
 
 

@@ -27,14 +27,14 @@ from ZODB.utils import z64
 
 from backends import BACKENDS
 from children import run_on_terminal
-from relstorage.convert import verify
+from relstorage.copy import verify
 
 ZODBCONVERT = os.path.join(os.path.dirname(sys.executable), 'zodbconvert')
 TIMEOUT = 300
 SMALL_BATCHES = (
     'import sys\n'
-    'import relstorage.convert\n'
-    'relstorage.convert.BATCH_RECORDS = 50\n'
+    'import relstorage.copy.convert\n'
+    'relstorage.copy.convert.BATCH_RECORDS = 50\n'
     'from relstorage.cli.zodbconvert import main\n'
     'sys.exit(main())\n')
 

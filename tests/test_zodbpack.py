@@ -17,7 +17,7 @@ from ZODB.serialize import referencesf
 from ZODB.utils import p64
 from ZODB.utils import u64
 
-from relstorage.pack import DELETING
+from relstorage.pack.deletion import DELETING
 
 from children import run_on_terminal
 ZODBPACK = os.path.join(os.path.dirname(sys.executable), 'zodbpack')

@@ -10,8 +10,6 @@ from ZODB.POSException import ConflictError
 from transaction.interfaces import TransientError
 from ZODB.POSException import StorageError
 
-from relstorage.options import ConfigurationError
-
 __all__ = [
     'ConfigurationError',
     'CommitLockTimeoutError',
@@ -25,6 +23,14 @@ __all__ = [
     'ConvertError',
     'ConvertStopped',
 ]
+
+
+class ConfigurationError(StorageError, ValueError):
+    """A configuration key has a value that cannot be used.
+
+    It is a ValueError so that ZConfig reports it with the file and line
+    of the offending key.
+    """
 
 
 class CommitLockTimeoutError(TransientError, StorageError):

@@ -48,7 +48,7 @@ class Counters:
             setattr(self, name, 0)
 
     def committed(self, txn):
-        """Count the committed relstorage.tpc.PendingTransaction ``txn``."""
+        """Count the committed relstorage.storage.commit.PendingTransaction ``txn``."""
         self.commits += 1
         self.commit_seconds += time.monotonic() - txn.started
         self.lock_wait_seconds += txn.lock_wait

@@ -29,6 +29,11 @@ def tid_time(tid):
     return TimeStamp(tid).timeTime()
 
 
+def tid_text(tid):
+    """``2026-11-24 10:00:00 UTC``: when an 8-byte or int tid was."""
+    return time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(tid_time(tid)))
+
+
 _unpack_id = struct.Struct('>Q').unpack
 
 

@@ -5,7 +5,7 @@ import functools
 import time
 
 from relstorage.errors import DisconnectedError
-from relstorage.replicas import server_text
+from relstorage.config.replicas import server_text
 
 
 class ConnectionManager:
@@ -18,7 +18,7 @@ class ConnectionManager:
     #: The server's ids of the sessions this manager has open (see
     #: ``session_id``), or None before the first.
     sessions = None
-    #: ReplicaLists (relstorage.replicas): replica-conf's, used by every
+    #: ReplicaLists (relstorage.config.replicas): replica-conf's, used by every
     #: connection, and ro-replica-conf's, used by load connections; None
     #: where not configured.
     replicas = None

@@ -42,7 +42,7 @@ class IAdapter(Interface):
     blobs = Attribute("IBlobMover")
 
     def configure(options):
-        """Bind the adapter to a relstorage.options.Options.
+        """Bind the adapter to a relstorage.config.options.Options.
 
         Called once by the root storage before any other use; builds the
         roles for the configured history mode.  Calling it again with
@@ -91,7 +91,7 @@ class IConnectionManager(Interface):
 
     uses_replicas = Attribute(
         "Whether replica-conf or ro-replica-conf is set (see "
-        "relstorage.replicas).")
+        "relstorage.config.replicas).")
 
     def connect(read_only=False):
         """A new connection in autocommit mode: to the first server of the

@@ -6,7 +6,7 @@ without blob-dir) and to the instance's commit and read snapshot.
 """
 from ZODB.blob import BlobFile
 
-from relstorage.blobs import no_blob_dir
+from relstorage.blobs.base import no_blob_dir
 from relstorage.tids import id_to_int
 
 

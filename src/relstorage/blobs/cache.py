@@ -28,7 +28,7 @@ processes may share one cache directory:
   process starts it;
 * directories emptied by a trim are removed; whoever puts a file into the
   cache creates its directory again if a trim removed it meanwhile
-  (``relstorage.blobs.make_dir``, ``database.DatabaseBlobs.place``).
+  (``relstorage.blobs.base.make_dir``, ``database.DatabaseBlobs.place``).
 
 Run as ``python -m relstorage.blobs.cache DIRECTORY SIZE [KEEP_RECENT]``
 it trims once (that is what the external check runs).

@@ -15,9 +15,9 @@ import shutil
 from ZODB.blob import rename_or_copy_blob
 from ZODB.blob import set_not_writable
 
-from relstorage.blobs import BlobDirectory
-from relstorage.blobs import PendingBlobs
-from relstorage.blobs import missing_blob
+from relstorage.blobs.base import BlobDirectory
+from relstorage.blobs.base import PendingBlobs
+from relstorage.blobs.base import missing_blob
 
 
 class SharedBlobs(BlobDirectory):

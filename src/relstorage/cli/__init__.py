@@ -77,8 +77,8 @@ def relstorage_adapter(config):
     """The adapter of a ``<relstorage>`` section value, configured with
     the section's options, or None for another kind of storage.  No
     storage is opened (a storage refuses a schema it does not know)."""
-    from relstorage.config import RelStorageFactory
-    from relstorage.options import Options
+    from relstorage.config.zconfig import RelStorageFactory
+    from relstorage.config.options import Options
     if not isinstance(config, RelStorageFactory):
         return None
     adapter = config.config.adapter.create()

@@ -48,12 +48,12 @@ from relstorage.cli import load_named_storages
 from relstorage.cli import setup_logging
 from relstorage.cli import stop_on_ctrl_c
 from relstorage.cli import storage_name
-from relstorage.convert import Plan
-from relstorage.convert import copy
-from relstorage.convert import describe_tid
-from relstorage.convert import has_data
-from relstorage.convert import keeps_history
-from relstorage.convert import verify
+from relstorage.copy.convert import Plan
+from relstorage.copy.convert import copy
+from relstorage.copy.compare import describe_tid
+from relstorage.copy.convert import has_data
+from relstorage.copy.convert import keeps_history
+from relstorage.copy.verify import verify
 from relstorage.errors import ConvertError
 from relstorage.errors import ConvertStopped
 

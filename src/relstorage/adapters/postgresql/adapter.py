@@ -2,8 +2,8 @@
 from relstorage.adapters.adapter import Adapter
 from relstorage.adapters.interfaces import IAdapter
 from relstorage.adapters.interfaces import ICapabilities
-from relstorage.options import convert_section
-from relstorage.replicas import replica_lists
+from relstorage.config.options import convert_section
+from relstorage.config.replicas import replica_lists
 from zope.interface import implementer
 
 from . import history

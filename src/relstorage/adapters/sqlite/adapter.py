@@ -10,7 +10,7 @@ from relstorage.adapters.adapter import Adapter
 from relstorage.adapters.interfaces import IAdapter
 from relstorage.adapters.interfaces import ICapabilities
 from relstorage.errors import ConfigurationError
-from relstorage.options import convert_section
+from relstorage.config.options import convert_section
 from zope.interface import implementer
 
 from . import history

@@ -7,7 +7,7 @@ from relstorage.adapters.interfaces import IConnectionManager
 from relstorage.errors import CommitLockTimeoutError
 from relstorage.errors import ConfigurationError
 from relstorage.errors import DatabaseFullError
-from relstorage.options import _byte_size
+from relstorage.config.options import _byte_size
 from zope.interface import implementer
 
 #: The name of the database file inside data-dir.

@@ -17,7 +17,7 @@ from ZODB import POSException
 from ZODB.utils import p64
 from ZODB.utils import tid_repr
 
-from relstorage.reconnect import retry_if_disconnected
+from relstorage.storage.reconnect import retry_if_disconnected
 
 # The storage's logger: these messages kept their name when the code
 # moved here from storage.py (log filters and handlers name it).

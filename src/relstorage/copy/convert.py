@@ -1,5 +1,5 @@
-"""Copying one ZODB storage into another, and checking a copy
-(``zodbconvert``; callable from Python too).
+"""Copying one ZODB storage into another (``zodbconvert``; callable from
+Python too).
 
 ``copy`` goes through ZODB's restore interface (IStorageRestoreable):
 every transaction keeps its id, status, user, description and extension,
@@ -15,9 +15,7 @@ source: the others would be overwritten anyway.
 goes on after the destination's last transaction, once it has checked that
 the source holds that transaction and that both agree on it.
 
-``verify`` compares a copy with its source: every transaction and record
-(or, for a history-free destination, every current record) and every
-blob's bytes, and reports each difference by oid and tid.
+``relstorage.copy.verify`` checks a copy against its source.
 """
 import logging
 import os
@@ -31,15 +29,16 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 from ZODB.utils import z64
 
+from relstorage.copy.compare import _compare_current
+from relstorage.copy.compare import _compare_transactions
+from relstorage.copy.compare import _oid
+from relstorage.copy.compare import describe_tid
 from relstorage.errors import ConvertError
 from relstorage.errors import ConvertStopped
 from relstorage.progress import Progress
-from relstorage.tids import tid_time
 
 log = logging.getLogger(__name__)
 
-#: Bytes per read when two blob files are compared.
-COMPARE_CHUNK = 1 << 20
 #: A destination that can restore in batches (relstorage's
 #: begin_restore_batch) commits its database transaction once this many
 #: records, bytes or seconds have gone into it, whichever comes first.
@@ -48,15 +47,6 @@ BATCH_BYTES = 32 * 1024 * 1024
 BATCH_SECONDS = 2.0
 
 
-def describe_tid(tid):
-    """``0x03f2...  (2026-11-24 10:00:00 UTC)`` for a tid (bytes)."""
-    when = time.strftime('%Y-%m-%d %H:%M:%S UTC',
-                         time.gmtime(tid_time(u64(tid))))
-    return f'0x{u64(tid):016x} ({when})'
-
-
-def _oid(oid):
-    return f'0x{u64(oid):x}'
 
 
 def keeps_history(storage):
@@ -392,238 +382,3 @@ def copy(source, destination, incremental=False, progress=None):
         progress.note('the destination is history-free: copying the '
                       'records that are current in the source')
     return Copier(source, destination, plan, progress).run()
-
-
-# -- verification ------------------------------------------------------------
-
-def _blob_file(storage, oid, tid):
-    try:
-        return storage.loadBlob(oid, tid)
-    except (POSKeyError, AttributeError):
-        return None
-
-
-def _same_file(a, b):
-    if os.path.getsize(a) != os.path.getsize(b):
-        return False
-    with open(a, 'rb') as fa, open(b, 'rb') as fb:
-        while True:
-            chunk = fa.read(COMPARE_CHUNK)
-            if chunk != fb.read(COMPARE_CHUNK):
-                return False
-            if not chunk:
-                return True
-
-
-def _compare_blobs(source, destination, oid, tid, report):
-    """Report a blob of revision ``(oid, tid)`` that differs; True if
-    there was one to compare."""
-    source_file = _blob_file(source, oid, tid)
-    dest_file = _blob_file(destination, oid, tid)
-    where = f'oid {_oid(oid)} tid {describe_tid(tid)}'
-    if source_file is None and dest_file is None:
-        return False
-    if dest_file is None:
-        report(f'{where}: the blob is missing in the destination')
-    elif source_file is None:
-        report(f'{where}: the blob is missing in the source')
-    elif not _same_file(source_file, dest_file):
-        report(f'{where}: the blobs differ')
-    return True
-
-
-def _resolved(storage, record):
-    """The state a record stands for (an undo record points at older
-    data)."""
-    if record.data is None and record.data_txn:
-        try:
-            return storage.loadSerial(record.oid, record.data_txn)
-        except POSKeyError:
-            return None
-    return record.data
-
-
-def _compare_transactions(source, destination, s_txn, d_txn, report):
-    """Report how two copies of one transaction differ; returns the number
-    of records and blobs compared."""
-    tid = describe_tid(s_txn.tid)
-    for name in ('user', 'description', 'extension'):
-        if getattr(s_txn, name) != getattr(d_txn, name):
-            report(f'transaction {tid}: the {name} differs '
-                   f'({getattr(s_txn, name)!r} in the source, '
-                   f'{getattr(d_txn, name)!r} in the destination)')
-    theirs = {}
-    for record in d_txn:
-        theirs[record.oid] = record
-    records = blobs = 0
-    for record in s_txn:
-        records += 1
-        other = theirs.pop(record.oid, None)
-        where = f'oid {_oid(record.oid)} tid {tid}'
-        if other is None:
-            report(f'{where}: the record is missing in the destination')
-            continue
-        data = _resolved(source, record)
-        if data != _resolved(destination, other):
-            report(f'{where}: the records differ')
-        elif data and is_blob_record(data):
-            blobs += _compare_blobs(source, destination, record.oid,
-                                    record.tid, report)
-    for oid in sorted(theirs):
-        report(f'oid {_oid(oid)} tid {tid}: the record is only in the '
-               f'destination')
-    return records, blobs
-
-
-def _compare_current(source, destination, record, report):
-    """History-free destination: when ``record`` is the source's current
-    revision of its object (or its deletion), report how the destination's
-    current revision differs.  Returns ``(compared, present, blobs)``:
-    whether it was compared, whether the destination has the object, and
-    how many blobs were compared."""
-    oid = record.oid
-    try:
-        data, serial = source.load(oid, '')
-    except POSKeyError:
-        data = serial = None
-    if serial is not None and serial != record.tid:
-        return 0, 0, 0      # not current: a history-free copy lacks it
-    if serial is None and record.data is not None:
-        return 0, 0, 0      # deleted later: checked at the deletion
-    where = f'oid {_oid(oid)} tid {describe_tid(record.tid)}'
-    try:
-        their_data, their_serial = destination.load(oid, '')
-    except POSKeyError:
-        their_data = their_serial = None
-    present = int(their_serial is not None)
-    if serial is None:
-        if present:
-            report(f'{where}: deleted in the source, present in the '
-                   f'destination')
-        return 1, present, 0
-    if not present:
-        report(f'{where}: the object is missing in the destination')
-    elif their_serial != serial:
-        report(f'{where}: the destination\'s current revision is '
-               f'{describe_tid(their_serial)}')
-    elif their_data != data:
-        report(f'{where}: the records differ')
-    elif data and is_blob_record(data):
-        return 1, 1, _compare_blobs(source, destination, oid, serial, report)
-    return 1, present, 0
-
-
-class Verification:
-    """The outcome of ``verify``: counts and the number of differences."""
-
-    def __init__(self):
-        self.transactions = self.records = self.blobs = 0
-        self.differences = 0
-
-
-def verify(source, destination, report, progress=None):
-    """Compare ``destination`` with ``source``, its copy's origin: every
-    transaction (metadata and records) when the destination keeps history,
-    else every record current in the source; blobs byte by byte.  Calls
-    ``report(message)`` once per difference (naming oid and tid).  Returns
-    a Verification; ConvertStopped when ``progress`` asks to stop."""
-    progress = progress or Progress('convert')
-    outcome = Verification()
-
-    def found(message):
-        outcome.differences += 1
-        report(message)
-
-    progress.phase('verifying', unit='transactions')
-    try:
-        if keeps_history(destination):
-            _verify_history(source, destination, found, progress, outcome)
-        else:
-            _verify_current(source, destination, found, progress, outcome)
-    finally:
-        progress.end_phase()
-    return outcome
-
-
-def _stop_if_asked(progress, outcome):
-    if progress.stop_requested():
-        raise ConvertStopped(f'verification stopped after '
-                             f'{outcome.transactions:,} transactions')
-
-
-def _verify_history(source, destination, found, progress, outcome):
-    theirs = iter(destination.iterator())
-    other = next(theirs, None)
-    for txn in source.iterator():
-        _stop_if_asked(progress, outcome)
-        while other is not None and other.tid < txn.tid:
-            found(f'transaction {describe_tid(other.tid)} is only in the '
-                  f'destination')
-            other = next(theirs, None)
-        outcome.transactions += 1
-        if other is None or other.tid != txn.tid:
-            found(f'transaction {describe_tid(txn.tid)} is missing in the '
-                  f'destination')
-            progress.add(1)
-            continue
-        records, blobs = _compare_transactions(source, destination, txn,
-                                               other, found)
-        outcome.records += records
-        outcome.blobs += blobs
-        progress.add(1, records=records)
-        other = next(theirs, None)
-    while other is not None:
-        found(f'transaction {describe_tid(other.tid)} is only in the '
-              f'destination')
-        other = next(theirs, None)
-
-
-def _verify_current(source, destination, found, progress, outcome):
-    present = 0
-    for txn in source.iterator():
-        _stop_if_asked(progress, outcome)
-        outcome.transactions += 1
-        records = 0
-        for record in txn:
-            compared, there, blobs = _compare_current(
-                source, destination, record, found)
-            records += compared
-            present += there
-            outcome.blobs += blobs
-        outcome.records += records
-        progress.add(1, records=records)
-    # The destination's other objects, which the source does not have.
-    count = len(destination)
-    if count > present:
-        progress.note('the destination has %d objects, %d of them seen: '
-                      'looking for the others', count, present)
-        for oid in _current_oids(destination):
-            try:
-                source.load(oid, '')
-            except POSKeyError:
-                if _created(source, oid):
-                    continue    # deleted in the source: reported above
-                found(f'oid {_oid(oid)} is only in the destination')
-
-
-def _created(source, oid):
-    """Whether ``oid`` ever existed in the source (history of a deleted
-    object), where the source can tell."""
-    history = getattr(source, 'history', None)
-    if history is None:
-        return False
-    try:
-        return bool(history(oid, size=1))
-    except (POSKeyError, KeyError):
-        return False
-
-
-def _current_oids(storage):
-    """Every oid with a current revision in ``storage`` (record_iternext,
-    which FileStorage and relstorage have)."""
-    next_oid = None
-    while True:
-        oid, _, _, next_oid = storage.record_iternext(next_oid)
-        yield oid
-        if next_oid is None:
-            return

@@ -2,7 +2,7 @@
 import threading
 import time
 
-from relstorage.reconnect import retry_if_disconnected
+from relstorage.storage.reconnect import retry_if_disconnected
 
 
 class OIDPool:

@@ -19,7 +19,7 @@ import os
 import threading
 import time
 
-from relstorage.options import ConfigurationError
+from relstorage.errors import ConfigurationError
 
 #: Seconds between two looks at the file's modification time.
 RECHECK = 1.0

@@ -29,9 +29,9 @@ from urllib.parse import parse_qsl
 from urllib.parse import unquote
 from urllib.parse import urlsplit
 
-from relstorage.options import ConfigurationError
-from relstorage.options import Options
-from relstorage.options import section_keys
+from relstorage.config.options import ConfigurationError
+from relstorage.config.options import Options
+from relstorage.config.options import section_keys
 
 #: libpq's connection parameters that a URI may add to the DSN (the
 #: PostgreSQL manual, "Parameter Key Words").

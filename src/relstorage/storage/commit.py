@@ -17,7 +17,7 @@ last step (``inline_limit``), a small commit that never spilled uploads
 nothing at vote: its rows stay in memory, conflict resolution changes them
 there, and ``finish`` hands them to ``finish_and_commit``.
 
-A commit that stores blobs carries a ``relstorage.blobs.PendingBlobs``
+A commit that stores blobs carries a ``relstorage.blobs.base.PendingBlobs``
 (``blobs``): their data travels at vote, and they are tied to their
 revisions by the step-by-step finish, under the commit lock, just before
 the COMMIT.
@@ -29,7 +29,7 @@ from ZODB.POSException import ReadConflictError
 from ZODB.POSException import StorageTransactionError
 from ZODB.utils import p64
 
-from relstorage.blobs import no_blob_dir
+from relstorage.blobs.base import no_blob_dir
 from relstorage.tids import choose_tid
 
 #: Buffered pickle bytes past which rows are uploaded before vote.
@@ -60,7 +60,7 @@ class PendingTransaction:
     def __init__(self, adapter, conn, cursor, transaction, tid=None,
                  status=' ', blob_support=None, oid_pool=None):
         self.adapter = adapter
-        #: The storage's relstorage.oidpool.OIDPool (for ensure_above).
+        #: The storage's relstorage.storage.oidpool.OIDPool (for ensure_above).
         self.oid_pool = oid_pool
         #: The storage's relstorage.blobs support, or None (no blob-dir).
         self.blob_support = blob_support
@@ -95,7 +95,7 @@ class PendingTransaction:
         self._uploaded = set()
         self._committed_states = None
         self._inline = False     # rows go to finish_and_commit, not staged
-        #: The commit's blobs (relstorage.blobs.PendingBlobs), or None.
+        #: The commit's blobs (relstorage.blobs.base.PendingBlobs), or None.
         self.blobs = None
 
     # -- phase 1 -------------------------------------------------------

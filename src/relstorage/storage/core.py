@@ -34,34 +34,35 @@ from ZODB.utils import p64
 from ZODB.utils import tid_repr
 from ZODB.utils import z64
 
-from relstorage import undo as _undo
+from relstorage.storage import undo as _undo
 from relstorage import metrics
-from relstorage import persistentcache
+from relstorage.cache import persistent as persistentcache
 from relstorage.blobs import make_blobs
 from relstorage.blobs.api import BlobMethods
-from relstorage.bulkcopy import BulkCopyMethods
-from relstorage.cache import RecentStates
-from relstorage.localcache import LocalCache
-from relstorage.localcache import entry_state
-from relstorage.localcache import make_cache
+from relstorage.storage.bulkcopy import BulkCopyMethods
+from relstorage.cache.recent import RecentStates
+from relstorage.cache.local import LocalCache
+from relstorage.cache.local import entry_state
+from relstorage.cache.local import make_cache
 from relstorage.errors import CommitLockTimeoutError
 from relstorage.errors import CommitOutcomeUnknownError
 from relstorage.errors import DisconnectedError
-from relstorage.iteration import TransactionIterator
+from relstorage.storage.iteration import TransactionIterator
 from relstorage.metrics import Metrics
-from relstorage.oidpool import OIDPool
-from relstorage.readahead import Families
-from relstorage.options import Options
-from relstorage.options import ignored
-from relstorage.outcome import settle_lost_finish
-from relstorage.reconnect import retry_if_disconnected
-from relstorage.snapshot import SnapshotMethods
+from relstorage.storage.oidpool import OIDPool
+from relstorage.cache.readahead import Families
+from relstorage.config.options import Options
+from relstorage.config.options import ignored
+from relstorage.storage.outcome import settle_lost_finish
+from relstorage.storage.reconnect import retry_if_disconnected
+from relstorage.storage.snapshot import SnapshotMethods
 from relstorage.tids import id_to_int
-from relstorage.tpc import PendingTransaction
-from relstorage.undo import UndoMethods
-from relstorage.undo import transaction_info
+from relstorage.storage.commit import PendingTransaction
+from relstorage.storage.undo import UndoMethods
+from relstorage.storage.undo import transaction_info
 
-log = logging.getLogger(__name__)
+# The storage's logger keeps its name (log filters and handlers name it).
+log = logging.getLogger('relstorage.storage')
 
 
 @zope.interface.implementer(

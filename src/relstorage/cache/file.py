@@ -1,8 +1,8 @@
 """The file of the persistent local cache (``cache-local-dir``).
 
-:meth:`relstorage.localcache.LocalCache.save` writes one with
+:meth:`relstorage.cache.local.LocalCache.save` writes one with
 :func:`write_file`; the storage reads it back with :func:`read_file` when
-it opens (``relstorage.persistentcache``).
+it opens (``relstorage.cache.persistent``).
 """
 import logging
 import os

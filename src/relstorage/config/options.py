@@ -11,19 +11,15 @@ import logging
 import os
 import xml.etree.ElementTree as ET
 
-from ZODB.POSException import StorageError
+
+from relstorage.config.replicas import read_servers
+from relstorage.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-_COMPONENT = os.path.join(os.path.dirname(__file__), 'component.xml')
-
-
-class ConfigurationError(StorageError, ValueError):
-    """A configuration key has a value that cannot be used.
-
-    It is a ValueError so that ZConfig reports it with the file and line
-    of the offending key.
-    """
+# component.xml stays at the package's top, where %import relstorage finds it.
+_COMPONENT = os.path.join(os.path.dirname(os.path.dirname(__file__)),
+                          'component.xml')
 
 
 def _boolean(key, value):
@@ -133,7 +129,7 @@ def _choice(choices, key, value):
 
 
 # component.xml names these functions as datatypes, e.g.
-# ``datatype="relstorage.options.commit_lock_timeout"``.
+# ``datatype="relstorage.config.options.commit_lock_timeout"``.
 name = functools.partial(_text, 'name')
 read_only = functools.partial(_boolean, 'read-only')
 keep_history = functools.partial(_boolean, 'keep-history')
@@ -143,7 +139,6 @@ read_ahead = functools.partial(_boolean, 'read-ahead')
 def _replica_file(key, value):
     # Read now, so that a missing or empty file fails at start-up naming
     # the key; the adapter reads it again (it may change later).
-    from relstorage.replicas import read_servers
     path = _text(key, value)
     if path:
         read_servers(key, path)

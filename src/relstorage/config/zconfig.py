@@ -3,7 +3,7 @@ import logging
 
 from ZODB.config import BaseConfig
 
-from relstorage.options import Options
+from relstorage.config.options import Options
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import os
 import random
 import time
 
-from relstorage.cachefile import read_file
+from relstorage.cache.file import read_file
 
 log = logging.getLogger(__name__)
 

@@ -55,8 +55,8 @@ import zlib
 from collections import deque
 from itertools import chain
 
-from relstorage.cachefile import identity_bytes
-from relstorage.cachefile import write_file
+from relstorage.cache.file import identity_bytes
+from relstorage.cache.file import write_file
 
 #: Bytes charged per entry on top of its stored state, outside the dict
 #: and the queues: the header (17), the bytes object's own (33), the oid
@@ -434,7 +434,7 @@ class LocalCache:
         return len(records)
 
     def restore(self, saved_horizon, entries, current_tid, changed_oids):
-        """Fill the cache from :func:`relstorage.cachefile.read_file`'s
+        """Fill the cache from :func:`relstorage.cache.file.read_file`'s
         result.
 
         ``changed_oids`` must hold every oid changed in

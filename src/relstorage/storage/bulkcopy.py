@@ -2,7 +2,7 @@
 database, and restore batches.
 
 A mix-in of ``relstorage.storage.RelStorage``, which delegates the rest of
-a commit to ``relstorage.tpc``: in a batch, a restored transaction's
+a commit to ``relstorage.storage.commit``: in a batch, a restored transaction's
 finish does not COMMIT (``PendingTransaction.finish(commit=False)``) and
 the next ``tpc_begin`` goes on in the same database transaction.
 """
