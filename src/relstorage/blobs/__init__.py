@@ -12,6 +12,9 @@ Either way one object serves a root storage and all its instances, and a
 commit that stores blobs gets a ``PendingBlobs`` of the mode, which the
 commit (``storage/commit.py``) drives at vote, under the commit lock, after the commit
 and at abort.  The SQL is the adapter's blob role (``adapters/<db>/blobs.py``).
+
+May import: the base modules.  The storage hands this package the
+adapter it works with; it never imports the adapters or the storage.
 """
 from relstorage.blobs.database import DatabaseBlobs
 from relstorage.blobs.shared import SharedBlobs

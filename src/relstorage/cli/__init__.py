@@ -5,6 +5,8 @@ The scripts stay thin: they parse their arguments, open storages with
 ``open_storages`` and call the library.  Bad input (a file that cannot be
 read, a section that is not a storage, a bad argument) ends with one line
 on standard error and exit status 2 (``BadInput``), as argparse does.
+
+An entry point: may import every part of relstorage; nothing imports it.
 """
 import contextlib
 import io

@@ -48,6 +48,11 @@ pack lock (one pack at a time; zodbpack and storage.pack alike):
 Progress goes to a ``Progress`` (the default logs at INFO level); a
 progress that asks to stop makes the pack raise ``PackStopped`` at the
 next batch boundary.
+
+The modules: ``session`` (one pack's connection and lock, the entry
+points), ``analysis`` (steps 1 and 2), ``deletion`` (3 and 4) and
+``throttle`` (batch sizes and pauses).  May import: ``adapters`` (the
+packer role) and the base modules.
 """
 from relstorage.pack.session import check_refs
 from relstorage.pack.session import pack
