@@ -297,3 +297,35 @@ def test_both_spellings_of_revert_when_stale(tmp_path, ours, theirs, fails):
     else:
         expected = (theirs or ours) == 'true'
         assert Options.from_section(section).revert_when_stale is expected
+
+
+def test_the_driver_choice_shared_by_every_adapter():
+    from relstorage.adapters.drivers import select_driver
+
+    def missing(package):
+        def factory():
+            raise ImportError(f'No module named {package!r}')
+        factory.package = package
+        return factory
+
+    def present(name):
+        factory = lambda: name  # noqa: E731
+        factory.package = name
+        return factory
+
+    drivers = {'first': missing('first-pkg'), 'second': present('second')}
+    assert select_driver('auto', drivers, 'Some', 'install one') == 'second'
+    assert select_driver('second', drivers, 'Some', 'install one') == 'second'
+    with pytest.raises(ConfigurationError) as e:
+        select_driver('first', drivers, 'Some', 'install one')
+    assert "driver: 'first' is not installed; install first-pkg" in str(
+        e.value)
+    with pytest.raises(ConfigurationError) as e:
+        select_driver('third', drivers, 'Some', 'install one')
+    assert str(e.value) == (
+        "driver: 'third' is not one of auto, first, second")
+    with pytest.raises(ConfigurationError) as e:
+        select_driver('auto', {'first': missing('first-pkg')}, 'Some',
+                      'install one')
+    assert str(e.value).startswith(
+        'driver: auto found no Some driver; install one (first: No module')

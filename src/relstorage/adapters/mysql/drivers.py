@@ -5,7 +5,7 @@ connect call, the exception classes and the server error number.
 ``select_driver`` fails at start-up, naming the package to install, when a
 named driver is missing.
 """
-from relstorage.errors import ConfigurationError
+from relstorage.adapters import drivers
 
 
 class MySQLclientDriver:
@@ -90,25 +90,6 @@ DRIVERS = {'mysqlclient': MySQLclientDriver, 'PyMySQL': PyMySQLDriver}
 def select_driver(name):
     """The driver for the ``driver`` option: ``auto`` tries mysqlclient,
     then PyMySQL."""
-    if name == 'auto':
-        errors = []
-        for candidate in ('mysqlclient', 'PyMySQL'):
-            try:
-                return DRIVERS[candidate]()
-            except ImportError as e:
-                errors.append(f'{candidate}: {e}')
-        raise ConfigurationError(
-            'driver: auto found no MySQL driver; install mysqlclient or '
-            f'PyMySQL, or relstorage[mysql] ({"; ".join(errors)})')
-    try:
-        factory = DRIVERS[name]
-    except KeyError:
-        raise ConfigurationError(
-            f'driver: {name!r} is not one of auto, mysqlclient, PyMySQL'
-        ) from None
-    try:
-        return factory()
-    except ImportError as e:
-        raise ConfigurationError(
-            f'driver: {name!r} is not installed; install {factory.package} '
-            f'({e})') from e
+    return drivers.select_driver(
+        name, DRIVERS, 'MySQL',
+        'install mysqlclient or PyMySQL, or relstorage[mysql]')

@@ -9,7 +9,7 @@ missing.
 """
 import re
 
-from relstorage.errors import ConfigurationError
+from relstorage.adapters import drivers
 
 
 class _Driver:
@@ -102,26 +102,7 @@ DRIVERS = {'oracledb': OracledbDriver, 'cx_Oracle': CxOracleDriver}
 def select_driver(name):
     """The driver for the ``driver`` option: ``auto`` tries
     python-oracledb, then cx_Oracle."""
-    if name == 'auto':
-        errors = []
-        for candidate in ('oracledb', 'cx_Oracle'):
-            try:
-                return DRIVERS[candidate]()
-            except ImportError as e:
-                errors.append(f'{candidate}: {e}')
-        raise ConfigurationError(
-            'driver: auto found no Oracle driver; install python-oracledb '
-            '(pip install oracledb, or relstorage[oracle]) '
-            f'({"; ".join(errors)})')
-    try:
-        factory = DRIVERS[name]
-    except KeyError:
-        raise ConfigurationError(
-            f'driver: {name!r} is not one of auto, oracledb, cx_Oracle'
-        ) from None
-    try:
-        return factory()
-    except ImportError as e:
-        raise ConfigurationError(
-            f'driver: {name!r} is not installed; install {factory.package} '
-            f'({e})') from e
+    return drivers.select_driver(
+        name, DRIVERS, 'Oracle',
+        'install python-oracledb (pip install oracledb, or '
+        'relstorage[oracle])')

@@ -6,7 +6,7 @@ at start-up, naming the package to install, when a named driver is missing.
 """
 import struct
 
-from relstorage.errors import ConfigurationError
+from relstorage.adapters import drivers
 
 # The binary COPY format: a signature, flags and header-extension length,
 # then one tuple per row (field count, then each field's length and bytes),
@@ -366,27 +366,7 @@ DRIVERS = {'psycopg2': Psycopg2Driver, 'psycopg': PsycopgDriver}
 def select_driver(name):
     """The driver for the ``driver`` option: ``auto`` tries psycopg2, then
     psycopg 3."""
-    if name == 'auto':
-        errors = []
-        for candidate in ('psycopg2', 'psycopg'):
-            try:
-                return DRIVERS[candidate]()
-            except ImportError as e:
-                errors.append(f'{candidate}: {e}')
-        raise ConfigurationError(
-            'driver: auto found no PostgreSQL driver; install psycopg2 '
-            '(pip install psycopg2-binary) or psycopg 3 (pip install '
-            '"psycopg[binary]"), or relstorage[postgresql] for both '
-            f'({"; ".join(errors)})')
-    try:
-        factory = DRIVERS[name]
-    except KeyError:
-        raise ConfigurationError(
-            f'driver: {name!r} is not one of auto, psycopg2, psycopg'
-        ) from None
-    try:
-        return factory()
-    except ImportError as e:
-        raise ConfigurationError(
-            f'driver: {name!r} is not installed; install '
-            f'{factory.package} ({e})') from e
+    return drivers.select_driver(
+        name, DRIVERS, 'PostgreSQL',
+        'install psycopg2 (pip install psycopg2-binary) or psycopg 3 (pip '
+        'install "psycopg[binary]"), or relstorage[postgresql] for both')
