@@ -8,6 +8,7 @@ on standard error and exit status 2 (``BadInput``), as argparse does.
 
 An entry point: may import every part of relstorage; nothing imports it.
 """
+import argparse
 import contextlib
 import io
 import logging
@@ -33,6 +34,25 @@ _SCHEMA = """
 
 class BadInput(Exception):
     """The user's input cannot be used; the message says why."""
+
+
+def command_parser(program, description, config_help, quiet=True,
+                   debug=False):
+    """The opening every console script's arguments share: its name and
+    description, ``-q``/``--quiet`` where it logs (with ``debug``,
+    ``--debug`` as the other choice) and the ``config`` argument (a
+    ZConfig file, ``config_help`` saying which sections it holds)."""
+    p = argparse.ArgumentParser(prog=program, description=description)
+    level = p.add_mutually_exclusive_group() if debug else p
+    if quiet:
+        level.add_argument('-q', '--quiet', action='store_true',
+                           help='log warnings and errors only')
+    if debug:
+        level.add_argument('--debug', action='store_true',
+                           help='log at DEBUG level')
+    p.add_argument('config', metavar='CONFIG', help=(
+        f'a ZConfig file with {config_help}'))
+    return p
 
 
 def _read(path):

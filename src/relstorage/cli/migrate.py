@@ -20,7 +20,6 @@ Exit status: 0 done (or nothing to do); 1 a database could not be read or
 upgraded, or holds a newer or unknown schema, and without ``--apply`` a
 database needs migrating; 2 bad input (the file, a section, an argument).
 """
-import argparse
 import sys
 
 from ZODB.POSException import StorageError
@@ -31,6 +30,7 @@ from relstorage.adapters.schema import SCHEMA_VERSION
 from relstorage.cli import BAD_INPUT
 from relstorage.cli import FAILED
 from relstorage.cli import OK
+from relstorage.cli import command_parser
 from relstorage.cli import load_or_report
 from relstorage.cli import relstorage_adapter
 from relstorage.cli import setup_logging
@@ -40,10 +40,11 @@ PROGRAM = 'relstorage-migrate'
 
 
 def parser():
-    p = argparse.ArgumentParser(
-        prog=PROGRAM,
-        description='Show, print or apply the schema migration steps that '
-                    'the relstorage databases of a ZConfig file need.')
+    p = command_parser(
+        PROGRAM,
+        'Show, print or apply the schema migration steps that the '
+        'relstorage databases of a ZConfig file need.',
+        '%%import relstorage and one or more storage sections')
     action = p.add_mutually_exclusive_group()
     action.add_argument(
         '--sql', action='store_true',
@@ -53,10 +54,6 @@ def parser():
         '--apply', action='store_true',
         help='apply the steps (stop every other client of the database '
              'first)')
-    p.add_argument('-q', '--quiet', action='store_true',
-                   help='log warnings and errors only')
-    p.add_argument('config', help='a ZConfig file with %%import relstorage '
-                                  'and one or more storage sections')
     return p
 
 

@@ -11,7 +11,6 @@ storage sections are passed over.
 
 Exit status: 0 done; 1 a database could not be read; 2 bad input.
 """
-import argparse
 import json
 import sys
 import time
@@ -21,6 +20,7 @@ from relstorage.migrations import mode_name
 from relstorage.cli import BAD_INPUT
 from relstorage.cli import FAILED
 from relstorage.cli import OK
+from relstorage.cli import command_parser
 from relstorage.cli import load_or_report
 from relstorage.cli import relstorage_adapter
 from relstorage.cli import setup_logging
@@ -31,15 +31,14 @@ PROGRAM = 'relstorage-stats'
 
 
 def parser():
-    p = argparse.ArgumentParser(
-        prog=PROGRAM,
-        description='Print the size, object and transaction counts, '
-                    'history and last pack of the relstorage databases of a '
-                    'ZConfig file.')
+    p = command_parser(
+        PROGRAM,
+        'Print the size, object and transaction counts, history and last '
+        'pack of the relstorage databases of a ZConfig file.',
+        '%%import relstorage and one or more storage sections',
+        quiet=False)
     p.add_argument('--json', action='store_true',
                    help='one JSON document (a list, a dict per storage)')
-    p.add_argument('config', help='a ZConfig file with %%import relstorage '
-                                  'and one or more storage sections')
     return p
 
 

@@ -31,7 +31,6 @@ differences (each printed on standard output); 2 bad input (the file, a
 section, a storage that cannot be opened, an argument); 130 stopped by
 Ctrl-C at a transaction boundary (--incremental goes on).
 """
-import argparse
 import sys
 import time
 
@@ -40,6 +39,7 @@ from ZODB.POSException import StorageError
 from relstorage.cli import BAD_INPUT
 from relstorage.cli import FAILED
 from relstorage.cli import OK
+from relstorage.cli import command_parser
 from relstorage.cli import STOPPED
 from relstorage.cli import BadInput
 from relstorage.cli import TerminalProgress
@@ -61,10 +61,11 @@ PROGRAM = 'zodbconvert'
 
 
 def parser():
-    p = argparse.ArgumentParser(
-        prog=PROGRAM,
-        description='Copy the storage of the <... source> section of a '
-                    'ZConfig file into its <... destination> section.')
+    p = command_parser(
+        PROGRAM,
+        'Copy the storage of the <... source> section of a ZConfig file '
+        'into its <... destination> section.',
+        '<... source> and <... destination> storage sections', debug=True)
     p.add_argument(
         '--dry-run', action='store_true',
         help='open both storages (the destination read-only) and say what '
@@ -86,14 +87,6 @@ def parser():
              'data): every transaction and record, or every current record '
              'of a history-free destination, and blobs; differences are '
              'printed, exit status 1')
-    level = p.add_mutually_exclusive_group()
-    level.add_argument('-q', '--quiet', action='store_true',
-                       help='log warnings and errors only')
-    level.add_argument('--debug', action='store_true',
-                       help='log at DEBUG level')
-    p.add_argument('config', metavar='CONFIG',
-                   help='a ZConfig file with <... source> and '
-                        '<... destination> storage sections')
     return p
 
 

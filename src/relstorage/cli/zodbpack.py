@@ -25,6 +25,7 @@ from ZODB.serialize import referencesf
 from relstorage.cli import BAD_INPUT
 from relstorage.cli import FAILED
 from relstorage.cli import OK
+from relstorage.cli import command_parser
 from relstorage.cli import STOPPED
 from relstorage.cli import TerminalProgress
 from relstorage.cli import find_relstorage
@@ -50,10 +51,11 @@ def days(text):
 
 
 def parser():
-    p = argparse.ArgumentParser(
-        prog=PROGRAM,
-        description='Pack the storages of a ZConfig file: remove old '
-                    'revisions and unreachable objects.')
+    p = command_parser(
+        PROGRAM,
+        'Pack the storages of a ZConfig file: remove old revisions and '
+        'unreachable objects.',
+        'one or more storage sections')
     p.add_argument(
         '-d', '--days', type=days, default=1.0,
         help='days of history to keep (default 1); a negative number packs '
@@ -78,10 +80,6 @@ def parser():
         help='after packing, give the space of removed rows back '
              '(PostgreSQL VACUUM ANALYZE, MySQL OPTIMIZE TABLE, SQLite '
              'VACUUM; see docs/operations.rst for what each locks)')
-    p.add_argument('-q', '--quiet', action='store_true',
-                   help='log warnings and errors only')
-    p.add_argument('config', metavar='CONFIG',
-                   help='a ZConfig file with one or more storage sections')
     return p
 
 
