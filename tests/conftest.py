@@ -97,15 +97,33 @@ def open_db(open_storage):
         db.close()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test's tally (tests/tally.py) rides on its teardown report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == 'teardown':
+        import tally
+        taken = tally.take()
+        if taken:
+            report.user_properties.append(('tally', taken))
+
+
 def pytest_terminal_summary(terminalreporter):
     """Print how many of ZODB's conformance tests ran, per backend and
     suite, so that a silent loss of collected mixin methods shows; and what
     the fault, replica and hostile-input tests tried (tests/tally.py)."""
-    import tally
-    if tally.COUNTS:
+    totals = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for name, value in getattr(report, 'user_properties', ()):
+                if name == 'tally':
+                    for group, what, n in value:
+                        totals[group, what] = totals.get((group, what), 0) + n
+    if totals:
         terminalreporter.write_sep('-', 'faults, replicas, hostile input')
         groups = {}
-        for (group, what), n in sorted(tally.COUNTS.items()):
+        for (group, what), n in sorted(totals.items()):
             groups.setdefault(group, []).append(f'{n:,} {what}')
         for group, parts in groups.items():
             terminalreporter.write_line(f'{group}: {", ".join(parts)}')
