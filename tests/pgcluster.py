@@ -70,6 +70,12 @@ SYNCHRONOUS = ('-c synchronous_standby_names=standby '
                '-c synchronous_commit=remote_apply')
 
 
+def in_recovery(cursor):
+    """Whether ``cursor``'s server is a standby (in recovery)."""
+    cursor.execute('SELECT pg_is_in_recovery()')
+    return cursor.fetchone()[0]
+
+
 class Server:
     def __init__(self, cluster, name, port, settings=''):
         self.cluster = cluster

@@ -269,9 +269,11 @@ class _PostgreSQLPair:
 
     group = 'replicas (PostgreSQL primary and standby)'
 
-    def __init__(self):
+    def __init__(self, cluster=None):
+        """A new cluster, or ``cluster`` (a pgcluster.Cluster) seen as a
+        pair."""
         from pgcluster import Cluster
-        self.cluster = Cluster()
+        self.cluster = Cluster() if cluster is None else cluster
         self.primary_line = self.cluster.primary.line
         self.replica_line = self.cluster.standby.line
 

@@ -79,7 +79,8 @@ import tally
 import workers
 from backends import _zconfig
 from children import Worker
-from test_replicas import _in_recovery
+from pgcluster import in_recovery as _in_recovery
+from test_replicas import _PostgreSQLPair
 from test_replicas import _open_pair
 from test_replicas import write
 
@@ -139,9 +140,10 @@ def test_own_commits_are_on_the_standby_at_once(read_pair, tmp_path,
     mode = _mode(pair.synchronous)
     assert pair.replication() == {'standby': (
         'streaming', 'sync' if pair.synchronous else 'async')}
-    storage = _open_pair(pair, name, tmp_path, keep_history,
+    storage = _open_pair(_PostgreSQLPair(pair), name, tmp_path, keep_history,
                          rw=[pair.primary.line], ro=[pair.standby.line])
-    reader_storage = _open_pair(pair, name, tmp_path, keep_history,
+    reader_storage = _open_pair(_PostgreSQLPair(pair), name, tmp_path,
+                                keep_history,
                                 rw=[pair.primary.line],
                                 ro=[pair.standby.line])
     db = ZODB.DB(storage)
