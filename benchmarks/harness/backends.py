@@ -1,0 +1,492 @@
+"""Where the benchmarks' storages live: databases created and dropped for
+each run, the ZConfig text that points each implementation at one, and a
+ZEO server over a FileStorage.
+
+Always in the project's interpreter (which has psycopg2 and mysqlclient
+from the test extra).  ``database_for`` makes the database object of a
+backend from the server options of ``cli``.
+"""
+import contextlib
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import DATA
+
+BACKENDS = ('sqlite', 'postgresql', 'mysql')
+TITLES = {'sqlite': 'SQLite', 'postgresql': 'PostgreSQL',
+          'mysql': 'MariaDB'}
+MODES = {'hp': ('history-preserving', True), 'hf': ('history-free', False)}
+
+
+class PostgreSQL:
+    """Creates and drops the benchmark's databases with psycopg2."""
+
+    def __init__(self, dsn):
+        try:
+            import psycopg2
+        except ImportError:
+            raise SystemExit('the postgresql backend needs psycopg2 in this '
+                             "interpreter: pip install -e '.[test]'")
+        self.psycopg2 = psycopg2
+        self.base = dsn
+
+    def dsn(self, dbname):
+        return f'{self.base} dbname={dbname}'
+
+    @contextlib.contextmanager
+    def _cursor(self, dbname='postgres'):
+        """A cursor of a connection of its own to ``dbname``, in autocommit
+        mode (CREATE DATABASE runs outside a transaction); the connection
+        is closed afterwards."""
+        conn = self.psycopg2.connect(self.dsn(dbname))
+        conn.autocommit = True
+        try:
+            yield conn.cursor()
+        finally:
+            conn.close()
+
+    def _admin(self, statement):
+        with self._cursor() as cur:
+            cur.execute(statement)
+
+    def create(self, name):
+        self.drop(name)
+        self._admin(f'CREATE DATABASE {name}')
+
+    def drop(self, name):
+        self._admin(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
+
+    def settle(self, timeout):
+        """A CHECKPOINT: the pages the steps before dirtied are written
+        now, not during the next timed step.  Without it the writer's
+        baseline (pack.py's writer alone, right after the build) could run
+        during a checkpoint the build's WAL had started: on the slower of
+        this project's machines its p99 was 81.7 ms (1,000,000 documents,
+        2026-11-26) against 7-17 ms in earlier runs (not sampled then).
+        PostgreSQL leaves dead row versions to (auto)vacuum, which no
+        delete waits for, and has no purge backlog like InnoDB's (see
+        MariaDB.settle).  Returns the seconds it took (``timeout`` is the
+        server's business here)."""
+        started = time.monotonic()
+        with self._cursor() as cur:
+            cur.execute('CHECKPOINT')
+        return time.monotonic() - started
+
+    def activity(self, name):
+        """What the server does behind the clients, for the samples of
+        pack.py's ServerSampler: checkpoints (counters, and whether the
+        checkpointer is writing one now), WAL written and its full-page
+        images, and the tables (auto)vacuum is working on in database
+        ``name``.  Counters are cumulative."""
+        with self._cursor(name) as cur:
+            cur.execute('SELECT checkpoints_timed + checkpoints_req, '
+                        'buffers_checkpoint, buffers_backend '
+                        'FROM pg_stat_bgwriter')
+            checkpoints, written_checkpoint, written_backend = cur.fetchone()
+            cur.execute('SELECT wal_bytes, wal_fpi FROM pg_stat_wal')
+            wal_bytes, wal_fpi = cur.fetchone()
+            # The checkpointer waits on CheckpointerMain between
+            # checkpoints; writing one, on CheckpointWriteDelay or nothing.
+            cur.execute("SELECT COALESCE(wait_event, '') FROM "
+                        "pg_stat_activity WHERE backend_type = "
+                        "'checkpointer'")
+            row = cur.fetchone()
+            checkpointing = bool(row) and row[0] != 'CheckpointerMain'
+            cur.execute('SELECT relid::regclass::text, phase '
+                        'FROM pg_stat_progress_vacuum '
+                        'WHERE datname = current_database() ORDER BY 1')
+            vacuums = [f'{rel} ({phase})' for rel, phase in cur.fetchall()]
+            return {'checkpoints': checkpoints,
+                    'checkpointing': checkpointing,
+                    'buffers_checkpoint': written_checkpoint,
+                    'buffers_backend': written_backend,
+                    'wal_mb': round(float(wal_bytes) / 2**20, 1),
+                    'wal_fpi': wal_fpi, 'vacuum': vacuums}
+
+    def server_version(self):
+        with self._cursor() as cur:
+            cur.execute('SHOW server_version')
+            return cur.fetchone()[0]
+
+    def settings(self):
+        """The server settings a pack's speed depends on most."""
+        with self._cursor() as cur:
+            cur.execute("SELECT name, current_setting(name) "
+                        "FROM pg_settings WHERE name IN ("
+                        "'shared_buffers', 'max_wal_size', "
+                        "'checkpoint_timeout', 'synchronous_commit', "
+                        "'autovacuum') ORDER BY 1")
+            return dict(cur.fetchall())
+
+    def adapter(self, impl, name):
+        """The ``<postgresql>`` section of either implementation."""
+        return (f'  <postgresql>\n    dsn {self.dsn(name)}\n'
+                f'    driver psycopg2\n  </postgresql>')
+
+    def floor_args(self, name):
+        return ['--dsn', self.dsn(name)]
+
+
+class MariaDB:
+    """Creates and drops the benchmark's databases with mysqlclient."""
+
+    def __init__(self, host, port, user, passwd):
+        try:
+            import MySQLdb
+        except ImportError:
+            raise SystemExit('the mysql backend needs mysqlclient in this '
+                             "interpreter: pip install -e '.[test]'")
+        self.MySQLdb = MySQLdb
+        self.host, self.port, self.user, self.passwd = (
+            host, port, user, passwd)
+
+    def _admin(self, statement):
+        conn = self.MySQLdb.connect(host=self.host, port=self.port,
+                                    user=self.user, passwd=self.passwd)
+        try:
+            cur = conn.cursor()
+            cur.execute(statement)
+            rows = cur.fetchall()
+            return rows
+        finally:
+            conn.close()
+
+    def create(self, name):
+        self.drop(name)
+        self._admin(f'CREATE DATABASE {name}')
+
+    def drop(self, name):
+        self._admin(f'DROP DATABASE IF EXISTS {name}')
+
+    def background_work(self):
+        """``(history, dirty, pages)``: InnoDB's history list (committed
+        transactions whose undo logs the purge threads have not yet applied;
+        a count of transactions, not of rows), and the dirty and data pages
+        of the buffer pool."""
+        history = self._admin(
+            "SELECT count FROM information_schema.innodb_metrics "
+            "WHERE name = 'trx_rseg_history_len'")[0][0]
+        status = dict(self._admin(
+            "SHOW GLOBAL STATUS WHERE Variable_name IN "
+            "('Innodb_buffer_pool_pages_dirty', "
+            "'Innodb_buffer_pool_pages_data')"))
+        return (int(history), int(status['Innodb_buffer_pool_pages_dirty']),
+                int(status['Innodb_buffer_pool_pages_data']))
+
+    def settle(self, timeout, history_below=10, dirty_share=0.1,
+               stalled=10.0):
+        """Wait (at most ``timeout`` seconds) until InnoDB has purged the
+        transactions of the steps before and written back the pages they
+        dirtied, as far as it goes on doing so by itself; returns the
+        seconds waited.  Nothing else writes meanwhile.
+
+        With a million objects the buffer pool (128 MB on this machine,
+        for about 1.5 GB of data) can be mostly dirty (90 % during a pack),
+        and after the build the purge threads still apply its removals:
+        while that lasts, a page the next step reads first costs a page
+        written back, and the disk is shared with the purge.  A site packs a
+        database written over months, not minutes, so each side's timed
+        steps start on a settled server: the same wait for both
+        implementations.  The dirty pages count as settled below
+        ``dirty_share`` of the pool's pages, or once they have not gone down
+        for ``stalled`` seconds: with innodb_max_dirty_pages_pct_lwm at 0
+        (MariaDB's default) an idle server need not write them back at all
+        (seen here: 97 % dirty an hour after a run)."""
+        started = time.monotonic()
+        lowest, since = None, started
+        while time.monotonic() - started < timeout:
+            history, dirty, pages = self.background_work()
+            now = time.monotonic()
+            if lowest is None or dirty < lowest - 0.01 * pages:
+                lowest, since = dirty, now
+            if history < history_below and (
+                    dirty <= dirty_share * pages or now - since >= stalled):
+                break
+            time.sleep(2.0)
+        return time.monotonic() - started
+
+    def activity(self, name):
+        """What InnoDB does behind the clients (see PostgreSQL.activity):
+        the purge backlog, dirty pages, pages written back and redo
+        written.  Counters are cumulative."""
+        history, dirty, pages = self.background_work()
+        status = dict(self._admin(
+            "SHOW GLOBAL STATUS WHERE Variable_name IN "
+            "('Innodb_buffer_pool_pages_flushed', 'Innodb_os_log_written', "
+            "'Innodb_data_reads')"))
+        return {'history': history, 'dirty': dirty, 'pages': pages,
+                'flushed': int(status['Innodb_buffer_pool_pages_flushed']),
+                'reads': int(status['Innodb_data_reads']),
+                'redo_mb': round(int(status['Innodb_os_log_written'])
+                                 / 2**20, 1)}
+
+    def settings(self):
+        """The server settings a pack's speed depends on most."""
+        (pool, log, flush), = self._admin(
+            'SELECT @@innodb_buffer_pool_size, @@innodb_log_file_size, '
+            '@@innodb_flush_log_at_trx_commit')
+        return {'innodb_buffer_pool_size': int(pool),
+                'innodb_log_file_size': int(log),
+                'innodb_flush_log_at_trx_commit': int(flush)}
+
+    def server_version(self):
+        return self._admin('SELECT version()')[0][0]
+
+    def adapter(self, impl, name):
+        """The ``<mysql>`` section: the same keys in both implementations;
+        the driver is mysqlclient on both sides (4.3 calls it MySQLdb)."""
+        driver = 'mysqlclient' if impl == 'ours' else 'MySQLdb'
+        lines = [f'host {self.host}', f'port {self.port}',
+                 f'user {self.user}', f'db {name}', f'driver {driver}']
+        if self.passwd:
+            lines.insert(3, f'passwd {self.passwd}')
+        body = ''.join(f'    {line}\n' for line in lines)
+        return f'  <mysql>\n{body}  </mysql>'
+
+    def floor_args(self, name):
+        return ['--host', self.host, '--port', self.port, '--user',
+                self.user, '--passwd', self.passwd, '--db', name]
+
+
+class SQLite:
+    """A directory per storage under benchmarks/data."""
+
+    def __init__(self, synchronous):
+        self.synchronous = synchronous
+
+    def path(self, name):
+        return DATA / name
+
+    def create(self, name):
+        self.drop(name)
+        self.path(name).mkdir(parents=True)
+
+    def drop(self, name):
+        shutil.rmtree(self.path(name), ignore_errors=True)
+
+    def settle(self, timeout):
+        """Nothing runs behind an embedded database."""
+        return 0.0
+
+    def activity(self, name):
+        """Nothing runs behind an embedded database."""
+        return None
+
+    def settings(self):
+        return {}
+
+    def server_version(self):
+        import sqlite3
+        return sqlite3.sqlite_version
+
+    def adapter(self, impl, name):
+        pragmas = ''
+        if self.synchronous != 'default':
+            pragmas = (f'\n    <pragmas>\n      synchronous '
+                       f'{self.synchronous}\n    </pragmas>')
+        return (f'  <sqlite3>\n    data-dir {self.path(name)}{pragmas}\n'
+                f'  </sqlite3>')
+
+    def floor_args(self, name):
+        synchronous = self.synchronous
+        if synchronous == 'default':
+            synchronous = 'full'    # our adapter's default
+        return ['--data-dir', self.path(name), '--synchronous', synchronous]
+
+
+#: ``cache-local-mb`` for both relstorages, or None for each one's default
+#: (set by run.py's --cache-local-mb).
+CACHE_LOCAL_MB = None
+
+
+def open_tables(database, backend, name):
+    """A connection to the database ``name`` of ``backend``, its tables
+    and how a table's name is quoted (``'"{}"'``)."""
+    if backend == 'sqlite':
+        import sqlite3
+        # Each implementation names its files its own way; the one with
+        # object_state is the one.
+        for path in sorted(database.path(name).glob('*.sqlite3')):
+            conn = sqlite3.connect(str(path))
+            tables = [row[0] for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")]
+            if 'object_state' in tables:
+                return conn, sorted(tables), '"{}"'
+            conn.close()
+        raise RuntimeError(f'no SQLite file with an object_state table '
+                             f'in {database.path(name)}')
+    if backend == 'postgresql':
+        conn = database.psycopg2.connect(database.dsn(name))
+        listing = ("SELECT table_name FROM information_schema.tables WHERE "
+                   "table_schema = current_schema() AND table_type = "
+                   "'BASE TABLE'")
+        quote = '"{}"'
+    else:
+        conn = database.MySQLdb.connect(
+            host=database.host, port=database.port, user=database.user,
+            passwd=database.passwd, db=name)
+        listing = ("SELECT table_name FROM information_schema.tables WHERE "
+                   "table_schema = DATABASE() AND table_type = 'BASE TABLE'")
+        quote = '`{}`'
+    cur = conn.cursor()
+    cur.execute(listing)
+    tables = sorted(row[0] for row in cur.fetchall())
+    cur.close()
+    return conn, tables, quote
+
+
+def count_rows(database, backend, name, where=None):
+    """``{table: rows}`` of every table of the database ``name``, counted
+    exactly; ``where`` (``{table: condition}``) counts only some rows."""
+    conn, tables, quote = open_tables(database, backend, name)
+    try:
+        cur = conn.cursor()
+        rows = {}
+        for table in tables:
+            condition = (where or {}).get(table)
+            # The names come from the catalogue, not from input.
+            cur.execute(f'SELECT COUNT(*) FROM {quote.format(table)}'
+                        + (f' WHERE {condition}' if condition else ''))
+            rows[table] = cur.fetchone()[0]
+        conn.rollback()
+        return rows
+    finally:
+        conn.close()
+
+
+def relstorage_section(database, impl, name, keep_history, options=(),
+                       section=''):
+    """The ``<relstorage>`` section both implementations accept for one
+    storage (``<relstorage SECTION>`` when named), with ``options`` (lines
+    ``key value``) added to it."""
+    opening = f'<relstorage {section}>' if section else '<relstorage>'
+    return (f'{opening}\n'
+            f'  keep-history {"true" if keep_history else "false"}\n'
+            + (f'  cache-local-mb {CACHE_LOCAL_MB:g}\n'
+               if CACHE_LOCAL_MB is not None else '')
+            + ''.join(f'  {line}\n' for line in options) +
+            f'{database.adapter(impl, name)}\n</relstorage>\n')
+
+
+def relstorage_zconfig(database, impl, name, keep_history, options=()):
+    """The whole ZConfig text of one storage: the import, the section."""
+    return '%import relstorage\n' + relstorage_section(
+        database, impl, name, keep_history, options)
+
+
+def filestorage_zconfig(path):
+    return f'<filestorage>\n  path {path}\n</filestorage>\n'
+
+
+def zeo_zconfig(port):
+    return (f'%import ZEO\n<clientstorage>\n  server 127.0.0.1:{port}\n'
+            f'</clientstorage>\n')
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+class ZEOServer:
+    """``runzeo`` over a FileStorage in a subprocess of this interpreter,
+    on a free port of 127.0.0.1."""
+
+    def __init__(self, path, env):
+        self.path = Path(path)
+        self.port = free_port()
+        self.log = open(self.path.parent / 'zeo.log', 'w')
+        self.process = subprocess.Popen(
+            [sys.executable, '-m', 'ZEO.runzeo', '-a',
+             f'127.0.0.1:{self.port}', '-f', str(self.path)],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 60
+        while True:
+            if self.process.poll() is not None:
+                self.log.close()
+                raise RuntimeError(
+                    f'the ZEO server exited with {self.process.returncode}: '
+                    + (self.path.parent / 'zeo.log').read_text()[-2000:])
+            try:
+                socket.create_connection(('127.0.0.1', self.port), 1).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError('the ZEO server did not listen '
+                                       'within 60 s')
+                time.sleep(0.05)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+class Store:
+    """One fresh storage: its ZConfig text, how to stop what serves it
+    (a ZEO server) and how to remove it."""
+
+    def __init__(self, zconfig, remove, stop=None):
+        self.zconfig = zconfig
+        self._remove = remove
+        self._stop = stop
+
+    def close(self, keep=False):
+        """Stop its server; remove it unless ``keep``."""
+        if self._stop:
+            self._stop()
+            self._stop = None
+        if self._remove and not keep:
+            self._remove()
+        self._remove = None
+
+
+def fresh_relstorage(database, impl, mode):
+    name = f'bench_{impl}_{mode}'
+    database.create(name)
+    return Store(relstorage_zconfig(database, impl, name, MODES[mode][1]),
+                 lambda: database.drop(name))
+
+
+def fresh_filestorage(name):
+    path = DATA / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return Store(filestorage_zconfig(path / 'Data.fs'),
+                 lambda: shutil.rmtree(path, ignore_errors=True))
+
+
+def fresh_zeo(name, env):
+    path = DATA / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    server = ZEOServer(path / 'Data.fs', env)
+    return Store(zeo_zconfig(server.port),
+                 lambda: shutil.rmtree(path, ignore_errors=True),
+                 stop=server.stop)
+
+
+def database_for(backend, args):
+    """The database object of ``backend`` from the server options (see
+    cli.Parser.servers)."""
+    if backend == 'postgresql':
+        return PostgreSQL(args.pg_dsn)
+    if backend == 'mysql':
+        return MariaDB(args.mysql_host, args.mysql_port, args.mysql_user,
+                       args.mysql_passwd)
+    return SQLite(getattr(args, 'sqlite_synchronous', 'default'))
+
+
+def remove_data():
+    shutil.rmtree(DATA, ignore_errors=True)
