@@ -20,34 +20,30 @@ For each backend, history mode and side, on a fresh database
 directory under ``benchmarks/data/plone/`` gets a generated zope.conf
 (``%import relstorage``, ``<relstorage>`` with ``keep-history``,
 ``blob-dir`` and ``shared-blob-dir false``, the adapter section of
-backends.py, every other option left to each side's default; or
+harness/backends.py, every other option left to each side's default; or
 ``<filestorage>`` with ``blob-dir``), and plone_workload.py runs each step
 in a fresh process with that venv's interpreter: site, content, search,
 render (cold, then warm), edit, pack, and a final verify (untimed).  Only
 the step is timed, never Zope's start-up.  See README.rst.
 """
-import argparse
-import datetime
-import json
-import os
-import platform
 import shutil
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-import backends  # noqa: E402
-import mariadb_patch  # noqa: E402
-import refenv  # noqa: E402
-import report  # noqa: E402
-import run  # noqa: E402
-from backends import BACKENDS, DATA, MODES, TITLES  # noqa: E402
+from harness import DATA, REPO, SRC, backends
+from harness.backends import BACKENDS, MODES, TITLES
+from harness.cli import Parser
+from harness.environment import environment, load_average
+from harness.figures import medians
+from harness.procs import WorkloadFailed, run_json
+from harness.report import (heading, log, patch_note, reference_patch,
+                            render, run_time, show, target_lines, title,
+                            write_results)
+from harness.sides import Side, Turns
+from harness.venvs import REFERENCE_VERSION, Venv, caller_constraints
 
+HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / 'plone_workload.py'
 REQUIREMENTS = HERE / 'requirements-plone.txt'
 CONSTRAINTS = HERE / 'constraints-plone.txt'
@@ -56,8 +52,8 @@ WORK = DATA / 'plone'
 PROFILES = DATA / 'plone-profiles'
 SIDES = ('ours', 'rs43', 'filestorage')
 LABELS = {'ours': 'ours', 'rs43': 'RS 4.3', 'filestorage': 'FileStorage'}
-VENVS = {'ours': HERE / '.venv-plone-ours', 'rs43': HERE / '.venv-plone-rs43'}
-REFERENCE_VERSION = refenv.REFERENCE_VERSION
+VENVS = {'ours': Venv(HERE / '.venv-plone-ours'),
+         'rs43': Venv(HERE / '.venv-plone-rs43')}
 #: (key, label): the figures of the table, in seconds.  'search_warm' and
 #: 'render_warm' are the second pass of their step's process.
 FIGURES = (
@@ -72,56 +68,29 @@ FIGURES = (
 )
 STEPS = ('site', 'content', 'search', 'render', 'edit', 'pack', 'verify')
 
-_started = time.monotonic()
-
-
-def log(message):
-    print(f'[{time.monotonic() - _started:7.1f}s] {message}', flush=True)
-
 
 # -- the venvs -----------------------------------------------------------------
 
-def venv_python(side):
-    return VENVS[side] / 'bin' / 'python'
-
-
-def pip(side, words, logfile):
-    """``pip install`` in the side's venv; True when it succeeded (the
-    output goes to ``logfile``, the last lines to the log when it failed)."""
-    cmd = [str(venv_python(side)), '-m', 'pip', 'install',
-           '--disable-pip-version-check', '--no-input'] + words
-    log('  $ ' + ' '.join(cmd))
-    proc = subprocess.run(cmd, env=refenv.clean_env(), capture_output=True,
-                          text=True)
-    with open(logfile, 'a') as f:
-        f.write(' '.join(cmd) + '\n' + proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        lines = (proc.stderr + proc.stdout).strip().splitlines()
-        log('\n'.join('  | ' + line for line in lines[-20:]))
-    return proc.returncode == 0
-
-
-def probe(side):
+def probe(name):
     """The venv's versions (plone_workload.py probe), or None."""
     try:
-        return run_json([str(venv_python(side)), '-I', str(WORKLOAD),
-                         'probe'], 300, None)
-    except (run.WorkloadFailed, OSError):
+        return run_json([VENVS[name].python, '-I', WORKLOAD, 'probe'], 300)
+    except (WorkloadFailed, OSError):
         return None
 
 
-def expected_home(side):
-    return REPO / 'src' if side == 'ours' else VENVS['rs43']
+def expected_home(name):
+    return SRC if name == 'ours' else VENVS['rs43'].path
 
 
-def usable(side, info):
+def usable(name, info):
     """Whether the venv imports the relstorage it should."""
     if not info or not info.get('relstorage_file'):
         return False
     where = Path(info['relstorage_file']).resolve()
-    if not where.is_relative_to(expected_home(side).resolve()):
+    if not where.is_relative_to(expected_home(name).resolve()):
         return False
-    return side == 'ours' or info['relstorage'] == REFERENCE_VERSION
+    return name == 'ours' or info['relstorage'] == REFERENCE_VERSION
 
 
 def held_versions(info):
@@ -132,57 +101,61 @@ def held_versions(info):
                    if line.split('==')[0].lower() not in skip)
 
 
-def ensure_venv(side, held=None):
+def ensure_venv(name, held=None):
     """Build or reuse one Plone venv; returns its probe."""
-    venv = VENVS[side]
-    marker = venv / 'bench-env.json'
+    venv = VENVS[name]
     wanted = {'python': sys.version, 'base_prefix': sys.base_prefix,
               'requirements': REQUIREMENTS.read_text(),
               'constraints': CONSTRAINTS.read_text(),
-              'shared_stack': refenv.caller_constraints(),
+              'shared_stack': caller_constraints(),
               'held': held}
-    if marker.exists():
-        try:
-            same = json.loads(marker.read_text()) == wanted
-        except ValueError:
-            same = False
-        if same:
-            info = probe(side)
-            if usable(side, info):
-                log(f'{side} Plone venv: reusing {venv}')
-                return info
-    log(f'{side} Plone venv: building {venv} (Plone from PyPI; this takes '
-        f'a few minutes)')
-    if venv.exists():
-        shutil.rmtree(venv)
-    subprocess.run([sys.executable, '-m', 'venv', str(venv)],
-                   env=refenv.clean_env(), check=True)
-    logfile = venv / 'pip.log'
-    shared = venv / 'shared-stack.txt'
+    if venv.built_from(wanted):
+        info = probe(name)
+        if usable(name, info):
+            log(f'{name} Plone venv: reusing {venv.path}')
+            return info
+    log(f'{name} Plone venv: building {venv.path} (Plone from PyPI; this '
+        f'takes a few minutes)')
+    venv.create()
+    shared = venv.path / 'shared-stack.txt'
     shared.write_text(''.join(f'{k}=={v}\n' for k, v in
                               wanted['shared_stack'].items()))
     base = ['-r', str(REQUIREMENTS), '-c', str(CONSTRAINTS)]
-    if side == 'ours':
+    if name == 'ours':
         words = base + ['-c', str(shared), '-e', str(REPO)]
     else:
         base.append(f'relstorage=={REFERENCE_VERSION}')
-        pinned = venv / 'held.txt'
+        pinned = venv.path / 'held.txt'
         pinned.write_text(held or '')
         words = base + ['-c', str(pinned)]
-    ok = pip(side, ['-U', 'pip'], logfile) and pip(side, words, logfile)
-    if not ok and side == 'rs43' and held:
+    ok = venv.pip(['-U', 'pip'], log) and venv.pip(words, log)
+    if not ok and name == 'rs43' and held:
         log("rs43 Plone venv: pip cannot hold it to the ours venv's "
             "versions; installing with the constraints file alone")
         wanted['held'] = None
-        ok = pip(side, base, logfile)
+        ok = venv.pip(base, log)
     if not ok:
-        raise SystemExit(f'cannot build {venv}; see {logfile}')
-    info = probe(side)
-    if not usable(side, info):
-        raise SystemExit(f'{venv} does not import the expected relstorage: '
-                         f'{info and info.get("relstorage_file")}')
-    marker.write_text(json.dumps(wanted, indent=1))
+        raise SystemExit(f'cannot build {venv.path}; see '
+                         f'{venv.path / "pip.log"}')
+    info = probe(name)
+    if not usable(name, info):
+        raise SystemExit(f'{venv.path} does not import the expected '
+                         f'relstorage: {info and info.get("relstorage_file")}')
+    venv.seal(wanted)
     return info
+
+
+def side_of(name, backend):
+    """The harness's side for one of ours, rs43 and filestorage: the
+    interpreter of its Plone venv (FileStorage: the ours venv's, with no
+    relstorage to check)."""
+    if name == 'filestorage':
+        return Side('filestorage', workload=WORKLOAD,
+                    python=VENVS['ours'].python, home=False)
+    if name == 'rs43':
+        return Side('ref', backend, WORKLOAD, VENVS['rs43'].python,
+                    VENVS['rs43'].path)
+    return Side('ours', backend, WORKLOAD, VENVS['ours'].python)
 
 
 # -- one instance ----------------------------------------------------------------
@@ -234,12 +207,11 @@ class Instance:
         else:
             self.name = f'bench_plone_{side}_{mode}'
             database.create(self.name)
-            text = backends.relstorage_zconfig(
+            storage = backends.relstorage_section(
                 database, 'ours' if side == 'ours' else 'ref', self.name,
                 MODES[mode][1], [f'blob-dir {blobs}',
                                  'shared-blob-dir false'])
-            imports, storage = text.split('\n', 1)
-            imports += '\n'
+            imports = '%import relstorage\n'
         (self.directory / 'etc' / 'zope.conf').write_text(
             zope_conf(self.directory, storage, imports))
         (self.directory / 'etc' / 'site.zcml').write_text(SITE_ZCML)
@@ -250,47 +222,17 @@ class Instance:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def run_json(cmd, timeout, logfile):
-    """Run ``cmd`` with ``--out FILE``; its JSON, or WorkloadFailed with the
-    end of its stderr (all of it in ``logfile``)."""
-    out = WORK / f'out-{os.getpid()}.json'
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        proc = subprocess.run(cmd + ['--out', str(out)],
-                              env=refenv.clean_env(), cwd=str(HERE),
-                              capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise run.WorkloadFailed(f'ran longer than {timeout:.0f} s')
-    try:
-        if logfile:
-            with open(logfile, 'a') as f:
-                f.write(f'$ {" ".join(cmd)}\n{proc.stderr}{proc.stdout}')
-        if proc.returncode != 0:
-            raise run.WorkloadFailed(
-                run.tail(proc.stderr or proc.stdout, 8)
-                or f'exit status {proc.returncode}')
-        return json.loads(out.read_text())
-    finally:
-        out.unlink(missing_ok=True)
-
-
 def measure(side, backend, mode, database, args):
     """Every step of one side on a fresh storage: ``{'steps': {step:
     result}}``, and ``error`` (the step and why) when one failed."""
     instance = Instance(side, backend, mode, database)
-    python = venv_python('rs43' if side == 'rs43' else 'ours')
-    flags = []
-    if side != 'filestorage':
-        flags += ['--expect-under', str(expected_home(side))]
-    if side == 'rs43' and backend == 'mysql':
-        flags.append('--patch-mariadb')
+    runner = side_of(side, backend)
     counts = ['--pages', args.pages, '--images', args.images, '--render',
               args.render, '--edits', args.edits, '--seed', args.seed]
     logfile = instance.directory / 'steps.log'
     entry = {'steps': {}, 'zope_conf': (instance.directory / 'etc' /
                                         'zope.conf').read_text(),
-             'load_average': [round(os.getloadavg()[0], 2)]}
+             'load_average': [load_average()[0]]}
     try:
         for step in STEPS:
             extra = (['--after-edit', '--all-images'] if step == 'verify'
@@ -299,12 +241,11 @@ def measure(side, backend, mode, database, args):
                 PROFILES.mkdir(parents=True, exist_ok=True)
                 extra += ['--profile', str(
                     PROFILES / f'{instance.directory.name}-{step}.prof')]
-            cmd = ([str(python), '-I', str(WORKLOAD), step, '--instance',
-                    str(instance.directory)] + flags
-                   + [str(c) for c in counts] + extra)
             try:
-                result = run_json(cmd, args.timeout, logfile)
-            except run.WorkloadFailed as e:
+                result = runner.run(step, '--instance', instance.directory,
+                                    *counts, *extra, timeout=args.timeout,
+                                    logfile=logfile)
+            except WorkloadFailed as e:
                 entry['error'] = {'step': step, 'message': str(e),
                                   'log': str(logfile)}
                 log(f'  {LABELS[side]} FAILED in {step}: '
@@ -317,7 +258,7 @@ def measure(side, backend, mode, database, args):
                 log(f'  {LABELS[side]:<11} {step:<8} '
                     f'{result["seconds"]:8.2f} s{warm}')
         entry['verified'] = 'verify' in entry['steps']
-        entry['load_average'].append(round(os.getloadavg()[0], 2))
+        entry['load_average'].append(load_average()[0])
     finally:
         if args.keep_data or 'error' in entry:
             entry['kept'] = str(instance.directory)
@@ -340,9 +281,10 @@ def figures(entry):
 
 
 def median_figures(entries):
-    runs = [figures(e) for e in entries]
-    keys = [k for k, _ in FIGURES if all(k in r for r in runs)]
-    return {k: statistics.median(r[k] for r in runs) for k in keys}
+    """The median of each figure over the runs that did not fail, or None
+    when all failed."""
+    good = [figures(e) for e in entries if 'error' not in e]
+    return medians(good) if good else None
 
 
 # -- the report ------------------------------------------------------------------
@@ -393,8 +335,8 @@ def cell_table(backend, mode, cell, fs, args):
         rows.append((label.format(**vars(args)), seconds(o), seconds(r),
                      ratio_text(vs_ref), seconds(f), ratio_text(vs_fs),
                      ', '.join(verdict) or '-'))
-    lines = report.title(where)
-    lines += report.render(header, rows, right_from=1)
+    lines = title(where)
+    lines += render(header, rows, right_from=1)
     return lines, checks
 
 
@@ -426,110 +368,47 @@ def failure_lines(results, fs_entry):
 
 
 def check_lines(checks):
-    return report.target_lines(
+    return target_lines(
         checks, lambda c: f'ours/{c["against"]} '
         + ('-' if c['value'] is None else f'{c["value"]:.2f}'),
         lambda c: f'<= {c["target"]:.2f}')
 
 
-def describe(env):
-    lines = [f"date            {env['date']}",
-             f"machine         {env['cpus']} CPUs ({env['cpu']}), "
-             f"{env['platform']}",
-             f"ours at         git {env['git']}",
-             f"load average    {env['load_average']} at the start"]
-    for key, name in (('postgresql_server', 'PostgreSQL'),
-                      ('mysql_server', 'MariaDB')):
-        if key in env:
-            lines.append(f'{name:<15} {env[key]}')
-    for side, info in env['venvs'].items():
-        lines.append(
-            f"{side + ' venv':<15} Plone {info['Plone']} (Products.CMFPlone "
-            f"{info['Products.CMFPlone']}, Zope {info['Zope']}, plone.api "
-            f"{info['plone.api']}), Python {info['python']}, ZODB "
-            f"{info['ZODB']}, persistent {info['persistent']}, BTrees "
-            f"{info['BTrees']}, psycopg2 {info['psycopg2-binary']}, "
-            f"mysqlclient {info['mysqlclient']}, SQLite {info['sqlite']}")
-        lines.append(f"{'':<15} relstorage {info['relstorage']} from "
-                     f"{info['relstorage_file']}")
-    return lines
-
-
 # -- main ------------------------------------------------------------------------
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        description='A Plone 6.2 site on our relstorage, RelStorage 4.3 '
-        'and FileStorage: site creation, content, search, rendering, '
-        'edits and pack.')
-    parser.add_argument('--backends', default=','.join(BACKENDS),
-                        help='comma-separated: sqlite, postgresql, mysql '
-                        '(MariaDB)')
-    parser.add_argument('--modes', default='hp,hf',
-                        help='comma-separated: hp (history-preserving), '
-                        'hf (history-free)')
-    parser.add_argument('--sides', default=','.join(SIDES),
-                        help='comma-separated: ours, rs43, filestorage')
-    parser.add_argument('--pages', type=int,
-                        help='pages created (default 500; 40 with --quick)')
-    parser.add_argument('--images', type=int,
-                        help='images created (default 100; 8 with --quick)')
-    parser.add_argument('--render', type=int,
-                        help='pages rendered cold, then warm (default 200; '
-                        '20 with --quick)')
-    parser.add_argument('--edits', type=int,
-                        help='pages edited (default 100; 10 with --quick)')
-    parser.add_argument('--quick', action='store_true',
-                        help='small counts: a smoke test, not a measurement')
-    parser.add_argument('--repeat', type=int, default=1,
-                        help='runs per side, backend and mode, each on a '
-                        'fresh storage, the sides alternating; the figures '
-                        'are the medians (default 1)')
+    parser = Parser('A Plone 6.2 site on our relstorage, RelStorage 4.3 '
+                    'and FileStorage: site creation, content, search, '
+                    'rendering, edits and pack.')
+    parser.choice('backends', BACKENDS, help='comma-separated: sqlite, '
+                  'postgresql, mysql (MariaDB)')
+    parser.choice('modes', MODES, help='comma-separated: hp '
+                  '(history-preserving), hf (history-free)')
+    parser.choice('sides', SIDES)
+    parser.scaled('--pages', 500, 40,
+                  help='pages created (default 500; 40 with --quick)')
+    parser.scaled('--images', 100, 8,
+                  help='images created (default 100; 8 with --quick)')
+    parser.scaled('--render', 200, 20, help='pages rendered cold, then warm '
+                  '(default 200; 20 with --quick)')
+    parser.scaled('--edits', 100, 10,
+                  help='pages edited (default 100; 10 with --quick)')
+    parser.quick(help='small counts: a smoke test, not a measurement')
+    parser.repeat(1, help='runs per side, backend and mode, each on a '
+                  'fresh storage, the sides alternating; the figures are '
+                  'the medians (default 1)')
     parser.add_argument('--seed', type=int, default=1)
     parser.add_argument('--timeout', type=float, default=3600,
                         help='seconds one step may take (default 3600)')
-    run.add_server_options(parser)
-    parser.add_argument('--sqlite-synchronous', default='default',
-                        choices=('default', 'off', 'normal', 'full'),
-                        help="SQLite's synchronous pragma for both sides; "
-                        'default leaves each its own (FULL for ours, '
-                        'NORMAL for 4.3)')
-    parser.add_argument('--json', help='where to write the results '
-                        '(default benchmarks/results/plone.json, '
-                        'plone-quick.json with --quick)')
+    parser.servers()
     parser.add_argument('--profile', action='store_true',
                         help='cProfile every step (then the times are not '
                         'comparable) and keep the data in '
                         'benchmarks/data/plone-profiles/<instance>-<step>'
                         '.prof')
-    parser.add_argument('--keep-data', action='store_true',
-                        help='keep the databases and instance directories')
-    args = parser.parse_args(argv)
-    for name, full, small in (('pages', 500, 40), ('images', 100, 8),
-                              ('render', 200, 20), ('edits', 100, 10)):
-        if getattr(args, name) is None:
-            setattr(args, name, small if args.quick else full)
-    if args.json is None:
-        args.json = str(HERE / 'results' / (
-            'plone-quick.json' if args.quick else 'plone.json'))
-    args.backends = run.choose(parser, args.backends, BACKENDS, 'backend')
-    args.modes = run.choose(parser, args.modes, MODES, 'mode')
-    args.sides = run.choose(parser, args.sides, SIDES, 'side')
-    return args
-
-
-def environment(venvs, servers):
-    env = {'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
-               timespec='seconds'),
-           'cpus': os.cpu_count(), 'cpu': run.cpu_model(),
-           'platform': platform.platform(), 'git': run.git_revision(),
-           'load_average': [round(x, 2) for x in os.getloadavg()],
-           'venvs': venvs}
-    names = {'postgresql': 'postgresql_server', 'mysql': 'mysql_server'}
-    for backend, version in servers.items():
-        if backend in names:
-            env[names[backend]] = version
-    return env
+    parser.results('plone.json', 'plone-quick.json',
+                   keep_help='keep the databases and instance directories')
+    return parser.parse(argv)
 
 
 def main(argv=None):
@@ -538,13 +417,13 @@ def main(argv=None):
     venvs = {'ours': ensure_venv('ours')}
     if 'rs43' in args.sides:
         venvs['rs43'] = ensure_venv('rs43', held_versions(venvs['ours']))
-    databases = {b: run.database_for(b, args) for b in args.backends
+    databases = {b: backends.database_for(b, args) for b in args.backends
                  if set(args.sides) - {'filestorage'}}
-    env = environment(venvs, {b: d.server_version()
-                              for b, d in databases.items()})
-    lines = ['', 'Plone', '=====', ''] + describe(env) + ['']
+    env = environment({b: d.server_version() for b, d in databases.items()},
+                      venvs=venvs)
+    lines = heading(env, 'Plone')
     if 'mysql' in args.backends and 'rs43' in args.sides:
-        lines += [f'NOTE: {mariadb_patch.DESCRIPTION}', '']
+        lines += patch_note()
     lines += [
         f'Each step runs in a fresh process of its side\'s venv (Zope\'s '
         f'start-up not timed) on one storage made fresh for the run: '
@@ -558,52 +437,46 @@ def main(argv=None):
            if args.profile else '')
         + (f' SQLite synchronous {args.sqlite_synchronous} on both sides.'
            if args.sqlite_synchronous != 'default' else ''), '']
-    print('\n'.join(lines), flush=True)
+    show(lines)
 
-    fs_runs = None
+    fs_runs = fs = None
     if 'filestorage' in args.sides:
         log('FileStorage')
         fs_runs = [measure('filestorage', None, None, None, args)
                    for _ in range(args.repeat)]
         fs_load = [f'FileStorage: {x}' for x in load_line([fs_runs])]
-        print('\n'.join(fs_load), flush=True)
-        lines += fs_load + ['']
-    fs = median_figures([e for e in fs_runs if 'error' not in e]) \
-        if fs_runs and any('error' not in e for e in fs_runs) else None
-    results, checks, turn = {}, [], 0
+        show(fs_load, lines)
+        lines += ['']
+        fs = median_figures(fs_runs)
+    results, checks, turns = {}, [], Turns()
     relsides = [s for s in ('ours', 'rs43') if s in args.sides]
     for backend, database in databases.items():
         for mode in args.modes:
             log(f'{TITLES[backend]} {MODES[mode][0]}')
             cell = {side: [] for side in relsides}
-            for _ in range(args.repeat):
-                for side in run.alternate(relsides, turn):
-                    cell[side].append(measure(side, backend, mode, database,
-                                              args))
-                turn += 1
+            for _, side in turns.rounds(relsides, args.repeat):
+                cell[side].append(measure(side, backend, mode, database,
+                                          args))
             results.setdefault(backend, {})[mode] = cell
-            good = {side: median_figures([e for e in runs
-                                          if 'error' not in e])
-                    if any('error' not in e for e in runs) else None
+            good = {side: median_figures(runs)
                     for side, runs in cell.items()}
             text, found = cell_table(backend, mode, good, fs, args)
             text += load_line(cell.values())
             checks += found
-            print('\n'.join([''] + text), flush=True)
+            show([''] + text)
             lines += text + ['']
     if fs is not None and not databases:
         text, _ = cell_table('sqlite', 'hp', {}, fs, args)
-        text[:2] = report.title('FileStorage alone')[:2]
-        print('\n'.join([''] + text), flush=True)
+        text[:2] = title('FileStorage alone')[:2]
+        show([''] + text)
         lines += text + ['']
     if not args.keep_data and WORK.exists() and not any(WORK.iterdir()):
         WORK.rmdir()
     tail = failure_lines(results, fs_runs)
     tail += [''] + check_lines(checks) if checks else []
-    elapsed = time.monotonic() - started
-    tail += ['', f'total run time {elapsed / 60:.1f} min']
-    print('\n'.join(tail), flush=True)
-    document = {
+    tail += run_time(started)
+    show(tail)
+    write_results(args.json, {
         'environment': env,
         'settings': {k: getattr(args, k) for k in (
             'backends', 'modes', 'sides', 'pages', 'images', 'render',
@@ -613,21 +486,16 @@ def main(argv=None):
         'constraints': CONSTRAINTS.read_text(),
         'filestorage': fs_runs, 'results': results,
         'summary': {'filestorage': fs, **{
-            b: {m: {side: median_figures([e for e in runs
-                                          if 'error' not in e])
+            b: {m: {side: median_figures(runs) or {}
                     for side, runs in cell.items()}
                 for m, cell in modes.items()}
             for b, modes in results.items()}},
         'checks': checks,
-        'reference_patch': (mariadb_patch.DESCRIPTION
+        'reference_patch': (reference_patch()['description']
                             if 'mysql' in args.backends
                             and 'rs43' in args.sides else None),
-        'elapsed_seconds': elapsed,
-        'report': '\n'.join(lines + tail)}
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1, default=str) + '\n')
-    log(f'results written to {path}')
+        'elapsed_seconds': time.monotonic() - started,
+        'report': '\n'.join(lines + tail)})
     ours_failed = any('error' in e for modes in results.values()
                       for cell in modes.values()
                       for e in cell.get('ours', []))

@@ -339,18 +339,16 @@ def open_tables(database, backend, name):
     return conn, tables, quote
 
 
-def count_rows(database, backend, name, where=None):
+def count_rows(database, backend, name):
     """``{table: rows}`` of every table of the database ``name``, counted
-    exactly; ``where`` (``{table: condition}``) counts only some rows."""
+    exactly."""
     conn, tables, quote = open_tables(database, backend, name)
     try:
         cur = conn.cursor()
         rows = {}
         for table in tables:
-            condition = (where or {}).get(table)
             # The names come from the catalogue, not from input.
-            cur.execute(f'SELECT COUNT(*) FROM {quote.format(table)}'
-                        + (f' WHERE {condition}' if condition else ''))
+            cur.execute(f'SELECT COUNT(*) FROM {quote.format(table)}')
             rows[table] = cur.fetchone()[0]
         conn.rollback()
         return rows
@@ -486,6 +484,13 @@ def database_for(backend, args):
         return MariaDB(args.mysql_host, args.mysql_port, args.mysql_user,
                        args.mysql_passwd)
     return SQLite(getattr(args, 'sqlite_synchronous', 'default'))
+
+
+def fresh_dir(path):
+    """``path`` as a new, empty directory."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
 
 
 def remove_data():

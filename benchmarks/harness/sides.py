@@ -36,7 +36,7 @@ class Side:
         self.impl = impl
         self.backend = backend
         self.label = label or LABELS[impl]
-        self.workload = workload
+        self.program = workload
         if python is None:
             python = reference_python() if impl == 'ref' else sys.executable
         self.python = str(python)
@@ -53,7 +53,7 @@ class Side:
 
     def command(self, command, *args, script=None):
         """``python -I SCRIPT COMMAND --expect-under HOME FLAGS ARGS``."""
-        words = [self.python, '-I', script or self.workload, command]
+        words = [self.python, '-I', script or self.program, command]
         if self.home is not None:
             words += ['--expect-under', self.home]
         return [str(w) for w in words + self.flags + list(args)]
