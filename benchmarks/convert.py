@@ -38,7 +38,7 @@ ours converts at least twice as fast as RelStorage 4.3 on PostgreSQL and
 MariaDB and at least as fast on SQLite; our zodbconvert process peaks
 below 300 MB (10**6 bytes) of RSS (the target is set for the 100,000-object
 source).  The environment, the reference venv and the databases are
-run.py's; on MariaDB, RelStorage 4.3's zodbconvert runs with the patch of
+the harness's (``harness/``), as for run.py; on MariaDB, RelStorage 4.3's zodbconvert runs with the patch of
 mariadb_patch.py applied (``python -I -c``: ``mariadb_patch.apply()``, then
 4.3's ``relstorage.zodbconvert.main()``, what its script calls), which the
 report says.  RelStorage 4.3 cannot copy the default source into a
@@ -46,27 +46,27 @@ history-free database (``KNOWN_FAILURES``: the deletion records of undone
 creations); ``--no-undo-adds`` makes a source without them.  See
 README.rst.
 """
-import argparse
 import json
 import os
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import mariadb_patch  # noqa: E402
-import refenv  # noqa: E402
-import report  # noqa: E402
-import run  # noqa: E402
-from backends import BACKENDS, DATA, MODES, TITLES, open_tables  # noqa: E402
-import blobs  # noqa: E402
-from blobs import fresh_dir, src_digest  # noqa: E402
-from pack import Child, run_measured  # noqa: E402
-from run import IMPLS, WorkloadFailed  # noqa: E402
+from harness import DATA, backends
+from harness.backends import (BACKENDS, MODES, TITLES, fresh_dir,
+                              open_tables, relstorage_section)
+from harness.cli import Parser
+from harness.environment import (digest_after, environment, finish,
+                                 sources_warning, src_digest)
+from harness.figures import median
+from harness.procs import WorkloadFailed, measured
+from harness.report import (heading, log, patch_note, reference_patch,
+                            render, run_time, show, target_lines, title,
+                            write_results)
+from harness.sides import IMPLS, LABELS, Side as BaseSide, Turns, prepare
 
+HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / 'convert_workload.py'
 #: The generated sources, kept from one run to the next.
 SOURCES = DATA / 'convert'
@@ -93,14 +93,6 @@ KNOWN_FAILURES = (
      "undone in the source); --no-undo-adds makes a source without "
      "them"),
 )
-
-perf = time.perf_counter
-_started = perf()
-
-
-def log(message):
-    print(f'[{perf() - _started:7.1f}s] {message}', file=sys.stderr,
-          flush=True)
 
 
 # -- the source ----------------------------------------------------------
@@ -141,13 +133,12 @@ def ensure_source(args):
     building.parent.mkdir(parents=True, exist_ok=True)
     log(f'source: generating {args.objects:,} documents (seed '
         f'{args.seed}) into {path}')
-    cmd = [sys.executable, '-I', WORKLOAD, 'generate', '--dir', building,
-           '--objects', args.objects, '--seed', args.seed,
-           '--expect-under', run.SRC]
-    if not args.undo_adds:
-        cmd.append('--no-undo-adds')
+    words = ['--dir', building, '--objects', args.objects, '--seed',
+             args.seed] + ([] if args.undo_adds else ['--no-undo-adds'])
     try:
-        Child(cmd, 'generate').result(args.timeout)
+        BaseSide('ours', workload=WORKLOAD).run(
+            'generate', *words, timeout=args.timeout, stdout_json=True,
+            relay='generate')
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
@@ -185,15 +176,13 @@ def describe_source(path, manifest):
 
 # -- one side ------------------------------------------------------------
 
-class Side(blobs.Side):
-    """One implementation on one backend, and its zodbconvert."""
+class Side(BaseSide):
+    """One implementation on one backend, convert_workload.py in its
+    interpreter, and its zodbconvert."""
 
     def __init__(self, impl, backend):
-        super().__init__(impl, backend)
-        # Not resolved: the venv's bin/python is a link to the base
-        # interpreter.
-        python = Path(self.python if impl == 'ref' else sys.executable)
-        self.script = python.parent / 'zodbconvert'
+        super().__init__(impl, backend, WORKLOAD)
+        self.script_path = self.script('zodbconvert')
         if self.flags:
             # RelStorage 4.3 on MariaDB: the patch first, then what its
             # script runs.
@@ -202,14 +191,13 @@ class Side(blobs.Side):
             self.how = ('python -I -c "mariadb_patch.apply(); '
                         'relstorage.zodbconvert.main()"')
         else:
-            self.zodbconvert = [self.script]
-            self.how = str(self.script)
+            self.zodbconvert = [self.script_path]
+            self.how = str(self.script_path)
 
     def check(self, config, source, mode, timeout):
-        cmd = ([self.python, '-I', WORKLOAD, 'check', config,
-                '--source-dir', source, '--mode', mode,
-                '--expect-under', self.home] + self.flags)
-        result = Child(cmd, f'{self.impl} check').result(timeout)
+        result = self.run('check', config, '--source-dir', source,
+                          '--mode', mode, timeout=timeout, stdout_json=True,
+                          relay=f'{self.impl} check')
         result.pop('info', None)
         return result
 
@@ -224,15 +212,13 @@ def convert_zconfig(database, impl, name, mode, source, blob_dir):
         '  read-only true\n'
         '</filestorage>\n'
         + destination_zconfig(database, impl, name, mode, blob_dir,
-                              ' destination'))
+                              'destination'))
 
 
 def destination_zconfig(database, impl, name, mode, blob_dir, section=''):
-    return (f'<relstorage{section}>\n'
-            f'  keep-history {"true" if MODES[mode][1] else "false"}\n'
-            f'  blob-dir {blob_dir}\n'
-            '  shared-blob-dir false\n'
-            f'{database.adapter(impl, name)}\n</relstorage>\n')
+    return relstorage_section(database, impl, name, MODES[mode][1],
+                              [f'blob-dir {blob_dir}',
+                               'shared-blob-dir false'], section)
 
 
 def destination_counts(database, backend, name, mode, manifest):
@@ -302,7 +288,7 @@ def one_run(side, database, backend, mode, source, manifest, args, tag):
             raise WorkloadFailed(f'{type(e).__name__}: {e}')
         step = 'convert'
         log(f'{where}: zodbconvert ({manifest["records"]:,} records)')
-        seconds, rss = run_measured(side.zodbconvert + [config],
+        seconds, rss = measured(side.zodbconvert + [config],
                                     WORK / f'{tag}.log', args.timeout)
         # run_measured gives MiB; the target is in MB.
         record['convert'] = {'seconds': seconds,
@@ -341,7 +327,7 @@ def one_run(side, database, backend, mode, source, manifest, args, tag):
             log(f'{where}: zodbconvert --verify (untimed)')
             logfile = WORK / f'{tag}-verify.log'
             try:
-                seconds, rss = run_measured(
+                seconds, rss = measured(
                     side.zodbconvert + ['--verify', config], logfile,
                     args.timeout)
                 record['verify'] = {'ok': True, 'seconds': seconds,
@@ -360,8 +346,8 @@ def one_run(side, database, backend, mode, source, manifest, args, tag):
                 log(f'  could not drop {name}: {e}')
             shutil.rmtree(blob_dir, ignore_errors=True)
             shutil.rmtree(check_blobs, ignore_errors=True)
-    if side.impl == 'ours' and src_digest() != record['src']:
-        record['src'] += ' (changed during this run)'
+    if side.impl == 'ours':
+        record['src'] = digest_after(record['src'])
     return record
 
 
@@ -383,7 +369,7 @@ def figures(entry, manifest):
     if not runs:
         return {'seconds': None, 'records_s': None, 'transactions_s': None,
                 'peak_rss_mb': None, 'runs': 0, 'correct': False}
-    seconds = statistics.median(r['seconds'] for r in runs)
+    seconds = median(r['seconds'] for r in runs)
     return {'seconds': seconds,
             'records_s': manifest['records'] / seconds,
             'transactions_s': manifest['transactions'] / seconds,
@@ -452,13 +438,13 @@ def table(backend, mode, cell, manifest):
             target = f'>={want:g}x, <{PEAK_RSS_MB} MB'
         else:
             verdict = row_ratio = target = ''
-        rows.append((report.LABELS[impl], seconds_text(f['seconds']),
+        rows.append((LABELS[impl], seconds_text(f['seconds']),
                      num(f['records_s']), num(f['transactions_s']),
                      num(f['peak_rss_mb']), row_ratio, target, verdict,
                      check_text(cell[impl])))
-    lines = report.title(f'{TITLES[backend]}, {MODES[mode][0]} (keep-history '
+    lines = title(f'{TITLES[backend]}, {MODES[mode][0]} (keep-history '
                          f'{"true" if MODES[mode][1] else "false"})')
-    lines += report.render(header, rows, right_from=1)
+    lines += render(header, rows, right_from=1)
     for impl in (i for i in IMPLS if i in cell):
         lines += run_notes(impl, cell[impl])
     lines.append(f'records/s and txns/s: the source\'s '
@@ -475,7 +461,7 @@ def table(backend, mode, cell, manifest):
 
 
 def run_notes(impl, entry):
-    label = report.LABELS[impl]
+    label = LABELS[impl]
     out = []
     for index, r in enumerate(entry['runs']):
         run_label = (label if len(entry['runs']) == 1
@@ -522,7 +508,7 @@ def run_notes(impl, entry):
 
 
 def verdicts(checks):
-    return report.target_lines(
+    return target_lines(
         checks,
         lambda c: '-' if c['value'] is None else f'{c["value"]:.2f}',
         lambda c: f'{c["target"]}')
@@ -531,28 +517,21 @@ def verdicts(checks):
 # -- main ----------------------------------------------------------------
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        description='zodbconvert of a FileStorage into each database: '
-        'speed and memory against RelStorage 4.3.')
-    parser.add_argument('--backends', default=','.join(BACKENDS),
-                        help='comma-separated: sqlite, postgresql, mysql '
-                        '(MariaDB)')
-    parser.add_argument('--modes', default='hp',
-                        help='comma-separated: hp (history-preserving, the '
-                        'default), hf (history-free)')
-    parser.add_argument('--sides', default=','.join(IMPLS),
-                        help='comma-separated: ours, ref (RS 4.3)')
-    parser.add_argument('--objects', type=int,
-                        help='documents in the source (default 100,000; '
-                        '5,000 with --quick)')
-    parser.add_argument('--quick', action='store_true',
-                        help='a small run: a smoke test, not a measurement')
+    parser = Parser('zodbconvert of a FileStorage into each database: '
+                    'speed and memory against RelStorage 4.3.')
+    parser.choice('backends', BACKENDS, help='comma-separated: sqlite, '
+                  'postgresql, mysql (MariaDB)')
+    parser.choice('modes', MODES, default='hp', help='comma-separated: hp '
+                  '(history-preserving, the default), hf (history-free)')
+    parser.choice('sides', IMPLS, help='comma-separated: ours, ref (RS 4.3)')
+    parser.scaled('--objects', 100000, 5000, help='documents in the source '
+                  '(default 100,000; 5,000 with --quick)')
+    parser.quick()
     parser.add_argument('--seed', type=int, default=1)
-    parser.add_argument('--repeat', type=int, default=1,
-                        help='conversions per side, backend and mode, each '
-                        'into a fresh database, alternating the sides '
-                        '(default 1: a run is long); the figures are the '
-                        'median time and the highest peak RSS')
+    parser.repeat(1, help='conversions per side, backend and mode, each '
+                  'into a fresh database, alternating the sides (default 1: '
+                  'a run is long); the figures are the median time and the '
+                  'highest peak RSS')
     parser.add_argument('--no-verify', dest='verify', action='store_false',
                         help='skip our zodbconvert --verify after each of '
                         'our conversions')
@@ -567,56 +546,35 @@ def parse_args(argv):
                         'is cached')
     parser.add_argument('--timeout', type=float, default=6 * 3600,
                         help='seconds any one step may take (default 6 h)')
-    run.add_server_options(parser)
-    parser.add_argument('--json', default=str(HERE / 'results' /
-                                              'convert.json'),
-                        help='where to write the results')
-    parser.add_argument('--keep-data', action='store_true',
-                        help='keep the databases, configs, logs and blob '
-                        'directories of the run')
-    args = parser.parse_args(argv)
-    if args.objects is None:
-        args.objects = 5000 if args.quick else 100000
-    if args.repeat < 1:
-        parser.error('--repeat must be at least 1')
-    args.backends = run.choose(parser, args.backends, BACKENDS, 'backend')
-    args.modes = run.choose(parser, args.modes, MODES, 'mode')
-    args.sides = run.choose(parser, args.sides, IMPLS, 'side')
-    # Only what the server options need: SQLite's synchronous is left to
-    # each side.
-    args.sqlite_synchronous = 'default'
-    return args
+    # SQLite's synchronous is left to each side.
+    parser.servers(sqlite_synchronous=False)
+    parser.results('convert.json', keep_help='keep the databases, configs, '
+                   'logs and blob directories of the run')
+    return parser.parse(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
     started = time.monotonic()
-    if 'ref' in args.sides:
-        refenv.ensure(log)
-    probes = {impl: run.probe(impl) for impl in args.sides}
-    for impl, info in probes.items():
-        log(f'{report.LABELS[impl]}: relstorage {info["relstorage"]} from '
-            f'{info["relstorage_file"]}')
+    probes = prepare(args.sides, HERE / 'workload.py', log)
     for impl in args.sides:
-        script = Side(impl, 'sqlite').script
+        script = Side(impl, 'sqlite').script_path
         if not script.exists():
-            raise SystemExit(f'{report.LABELS[impl]} has no zodbconvert '
+            raise SystemExit(f'{LABELS[impl]} has no zodbconvert '
                              f'script: {script}')
-    databases = {b: run.database_for(b, args) for b in args.backends}
-    env = run.environment(
-        probes, {b: d.server_version() for b, d in databases.items()})
+    databases = {b: backends.database_for(b, args) for b in args.backends}
+    env = environment({b: d.server_version() for b, d in databases.items()},
+                      probes)
     WORK.mkdir(parents=True, exist_ok=True)
     source, manifest = ensure_source(args)
-    lines = ['', 'Environment', '===========', '',
-             report.describe_environment(env), '']
-    lines += describe_source(source, manifest) + ['']
+    lines = heading(env) + describe_source(source, manifest) + ['']
     if 'mysql' in args.backends and 'ref' in args.sides:
-        lines += [f'NOTE: {mariadb_patch.DESCRIPTION} Here it is applied '
-                  f'in RelStorage 4.3\'s zodbconvert process on MariaDB, '
-                  f'which runs as python -I -c "import mariadb_patch; '
-                  f'mariadb_patch.apply(); from relstorage.zodbconvert '
-                  f'import main; sys.exit(main())" CONFIG (the function its '
-                  f'zodbconvert script calls).', '']
+        lines += patch_note(
+            ' Here it is applied in RelStorage 4.3\'s zodbconvert process '
+            'on MariaDB, which runs as python -I -c "import mariadb_patch; '
+            'mariadb_patch.apply(); from relstorage.zodbconvert import '
+            'main; sys.exit(main())" CONFIG (the function its zodbconvert '
+            'script calls).')
     lines += [
         f'Each side\'s zodbconvert copies the source into a fresh database '
         f'and blob directory (shared-blob-dir false; the source read-only);'
@@ -628,60 +586,34 @@ def main(argv=None):
         'a sample of records and blobs and the last tid compared'
         + (', and ours checked by zodbconvert --verify.' if args.verify
            else '.'), '']
-    print('\n'.join(lines), flush=True)
+    show(lines)
 
     results, checks = {}, []
     order = [impl for impl in IMPLS if impl in args.sides]
-    turn = 0
+    turns = Turns()
     for backend, database in databases.items():
         for mode in args.modes:
             sides = [Side(impl, backend) for impl in order]
             cell = {side.impl: {'runs': []} for side in sides}
-            for round_ in range(args.repeat):
-                for side in run.alternate(sides, turn):
-                    tag = f'{backend}-{mode}-{side.impl}-{round_ + 1}'
-                    cell[side.impl]['runs'].append(one_run(
-                        side, database, backend, mode, source, manifest,
-                        args, tag))
-                turn += 1
+            for round_, side in turns.rounds(sides, args.repeat):
+                tag = f'{backend}-{mode}-{side.impl}-{round_ + 1}'
+                cell[side.impl]['runs'].append(one_run(
+                    side, database, backend, mode, source, manifest, args,
+                    tag))
             results.setdefault(backend, {})[mode] = cell
             text, found = table(backend, mode, cell, manifest)
             checks += found
-            print('\n'.join(text), flush=True)
-            lines += text
+            show(text, lines)
     if not args.keep_data:
-        # The logs of failed runs stay (their errors name them).
-        kept = {Path(r['convert']['log']).name if 'convert' in r else
-                f'{r["tag"]}.log' for modes in results.values()
-                for cell in modes.values() for entry in cell.values()
-                for r in entry['runs'] if 'error' in r}
-        kept |= {f'{r["tag"]}-verify.log' for modes in results.values()
-                 for cell in modes.values() for entry in cell.values()
-                 for r in entry['runs']
-                 if r.get('verify', {}).get('ok') is False}
-        for path in WORK.iterdir():
-            if path.name not in kept:
-                if path.is_dir():
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    path.unlink()
-        if kept:
-            log(f'the logs of the failed steps are kept in {WORK}')
-        else:
-            WORK.rmdir()
-    elapsed = time.monotonic() - started
-    tail = []
-    sources = {r['src'] for modes in results.values()
+        remove_work(results)
+    sources = [r.get('src') for modes in results.values()
                for cell in modes.values()
-               for r in cell.get('ours', {}).get('runs', []) if r.get('src')}
-    if len(sources) > 1 or any('changed' in s for s in sources):
-        tail += [f'WARNING: our sources (src/relstorage) changed during the '
-                 f'run: {", ".join(sorted(sources))}', '']
-    tail += verdicts(checks) + ['', f'total run time {elapsed / 60:.1f} min']
-    print('\n'.join(tail), flush=True)
-    document = {
-        'environment': dict(env, git_end=run.git_revision(),
-                            src_digests=sorted(sources)),
+               for r in cell.get('ours', {}).get('runs', [])]
+    tail = sources_warning(sources) + verdicts(checks) + run_time(started)
+    show(tail)
+    write_results(args.json, {
+        'environment': dict(finish(env), src_digests=sorted(
+            {s for s in sources if s})),
         'settings': {k: getattr(args, k) for k in (
             'backends', 'modes', 'sides', 'objects', 'quick', 'seed',
             'undo_adds', 'repeat', 'verify')},
@@ -693,21 +625,38 @@ def main(argv=None):
                         for m, cell in modes.items()}
                     for b, modes in results.items()},
         'checks': checks,
-        'reference_patch': ({'backend': 'mysql',
-                             'description': mariadb_patch.DESCRIPTION,
-                             'how': Side('ref', 'mysql').how}
+        'reference_patch': (reference_patch(how=Side('ref', 'mysql').how)
                             if 'mysql' in args.backends
                             and 'ref' in args.sides else None),
-        'elapsed_seconds': elapsed,
-        'report': '\n'.join(lines + tail)}
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1, default=str) + '\n')
-    log(f'results written to {path}')
+        'elapsed_seconds': time.monotonic() - started,
+        'report': '\n'.join(lines + tail)})
     failed = any(correct(r) is False for modes in results.values()
                  for cell in modes.values()
                  for r in cell.get('ours', {}).get('runs', []))
     return 1 if failed else 0
+
+
+def remove_work(results):
+    """This run's configs, logs and blob directories, but the logs of the
+    failed steps (their errors name them)."""
+    kept = {Path(r['convert']['log']).name if 'convert' in r else
+            f'{r["tag"]}.log' for modes in results.values()
+            for cell in modes.values() for entry in cell.values()
+            for r in entry['runs'] if 'error' in r}
+    kept |= {f'{r["tag"]}-verify.log' for modes in results.values()
+             for cell in modes.values() for entry in cell.values()
+             for r in entry['runs']
+             if r.get('verify', {}).get('ok') is False}
+    for path in WORK.iterdir():
+        if path.name not in kept:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink()
+    if kept:
+        log(f'the logs of the failed steps are kept in {WORK}')
+    else:
+        WORK.rmdir()
 
 
 if __name__ == '__main__':

@@ -37,31 +37,30 @@ does not exist, the side packs with ``pack_workload.py pack`` instead
 (``storage.pack(t, referencesf)`` in a process of the same interpreter),
 and the report says so.  The environment, the reference venv, the
 databases and the MariaDB patch of RelStorage 4.3 (applied in the
-workload processes only: 4.3's zodbpack runs as published) are run.py's.
-See README.rst.
+workload processes only: 4.3's zodbpack runs as published) are the
+harness's (``harness/``), as for run.py.  See README.rst.
 """
-import argparse
 import collections
 import json
 import os
 import shlex
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import mariadb_patch  # noqa: E402
-import refenv  # noqa: E402
-import report  # noqa: E402
-import run  # noqa: E402
-from backends import DATA, MODES, TITLES, open_tables, relstorage_zconfig  # noqa: E402
-import blobs  # noqa: E402
-from blobs import src_digest  # noqa: E402
-from run import IMPLS, WorkloadFailed  # noqa: E402
+from harness import DATA, backends
+from harness.backends import MODES, TITLES, count_rows, relstorage_zconfig
+from harness.cli import Parser
+from harness.environment import (digest_after, environment, finish,
+                                 sources_warning, src_digest)
+from harness.figures import latencies
+from harness.procs import WorkloadFailed, measured
+from harness.report import (heading, log, patch_note, render, run_time,
+                            show, target_lines, title, write_results)
+from harness.sides import IMPLS, LABELS, Side as BaseSide, Turns, prepare
 
+HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / 'pack_workload.py'
 #: This run's configs, logs and writer files (one directory per run).
 WORK = DATA / 'pack' / str(os.getpid())
@@ -77,136 +76,27 @@ SAMPLE_EVERY = 1.0           # seconds between two samples of the server
 LOG_LINES = 400              # the last lines of each pack's log kept
 
 perf = time.perf_counter
-_started = perf()
-
-
-def log(message):
-    print(f'[{perf() - _started:7.1f}s] {message}', file=sys.stderr,
-          flush=True)
-
-
-# -- processes -----------------------------------------------------------
-
-def relay(stream, prefix, tail):
-    """Copy a child's stderr to ours, each line prefixed, keeping its last
-    lines for an error message."""
-    for line in stream:
-        line = line.rstrip()
-        tail.append(line)
-        print(f'      {prefix}| {line}', file=sys.stderr, flush=True)
-
-
-class Child:
-    """A pack_workload.py process: its stderr relayed, its stdout (one
-    JSON document) collected."""
-
-    def __init__(self, cmd, prefix):
-        self.cmd = cmd
-        self.tail = collections.deque(maxlen=20)
-        self.proc = subprocess.Popen(
-            [str(c) for c in cmd], stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=refenv.clean_env(),
-            cwd=str(HERE))
-        self.thread = threading.Thread(
-            target=relay, args=(self.proc.stderr, prefix, self.tail),
-            daemon=True)
-        self.thread.start()
-
-    def result(self, timeout):
-        timer = threading.Timer(timeout, self.proc.kill)
-        timer.start()
-        try:
-            out = self.proc.stdout.read()
-            self.proc.wait()
-        finally:
-            timer.cancel()
-        self.thread.join()
-        if self.proc.returncode != 0:
-            raise WorkloadFailed('\n'.join(self.tail) or
-                                 f'{self.cmd[3]}: exit status '
-                                 f'{self.proc.returncode}')
-        try:
-            return json.loads(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise WorkloadFailed(f'{self.cmd[3]} printed no JSON: '
-                                 f'{out[-500:]!r}')
-
-
-def run_measured(cmd, logfile, timeout):
-    """Run ``cmd`` with its output to ``logfile``; returns the wall
-    seconds and the process's peak RSS in MiB (from ``os.wait4``)."""
-    with open(logfile, 'w') as out:
-        start = perf()
-        proc = subprocess.Popen([str(c) for c in cmd], stdout=out,
-                                stderr=subprocess.STDOUT,
-                                env=refenv.clean_env(), cwd=str(HERE))
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        seconds = perf() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        lines = Path(logfile).read_text().strip().splitlines()
-        raise WorkloadFailed('\n'.join(lines[-15:]) +
-                             f'\n(exit status {proc.returncode}; the whole '
-                             f'log: {logfile})')
-    # ru_maxrss is in KiB on Linux.
-    return seconds, usage.ru_maxrss / 1024
-
-
-def percentile(ordered, fraction):
-    """Nearest rank."""
-    if not ordered:
-        return None
-    index = min(len(ordered) - 1,
-                max(0, int(round(fraction * len(ordered))) - 1))
-    return ordered[index]
-
-
-def latency_figures(latencies):
-    ordered = sorted(latencies)
-    return {'p50': percentile(ordered, 0.5), 'p99': percentile(ordered,
-                                                               0.99),
-            'max': ordered[-1] if ordered else None,
-            'samples': len(ordered)}
 
 
 # -- one side ------------------------------------------------------------
 
-def pack_command(impl, args):
-    """The pack command of a side (``--days=D CONFIG`` is appended), or
-    None when its zodbpack script does not exist."""
-    given = args.ours_zodbpack if impl == 'ours' else args.ref_zodbpack
-    if given:
-        words = shlex.split(given)
-    elif impl == 'ours':
-        # Not resolved: the venv's bin/python is a link to the base
-        # interpreter.
-        words = [str(Path(sys.executable).parent / 'zodbpack')]
-    else:
-        words = [str(refenv.python().parent / 'zodbpack')]
-    if not Path(words[0]).exists():
-        return None
-    return words
-
-
-class Side(blobs.Side):
-    """One implementation on one backend, and its zodbpack."""
+class Side(BaseSide):
+    """One implementation on one backend, pack_workload.py in its
+    interpreter, and its zodbpack: a command to which ``--days=D CONFIG``
+    is appended (``--ours-zodbpack``, ``--ref-zodbpack``; default the
+    script next to its interpreter), None when that script does not
+    exist."""
 
     def __init__(self, impl, backend, args):
-        super().__init__(impl, backend)
-        self.zodbpack = pack_command(impl, args)
-
-    def command(self, command, config, *rest):
-        return ([self.python, '-I', WORKLOAD, command, config,
-                 '--expect-under', self.home] + self.flags + list(rest))
+        super().__init__(impl, backend, WORKLOAD)
+        given = args.ours_zodbpack if impl == 'ours' else args.ref_zodbpack
+        words = shlex.split(given) if given else [str(self.script(
+            'zodbpack'))]
+        self.zodbpack = words if Path(words[0]).exists() else None
 
     def start(self, command, config, *rest):
-        return Child(self.command(command, config, *rest),
-                     f'{self.impl} {command}')
+        return super().start(command, config, *rest, stdout_json=True,
+                             relay=f'{self.impl} {command}')
 
     def workload(self, command, config, *rest, timeout):
         return self.start(command, config, *rest).result(timeout)
@@ -218,7 +108,7 @@ class Side(blobs.Side):
         else:
             cmd = self.command('pack', config, '--days', days)
             how = 'pack_workload.py pack (no zodbpack)'
-        seconds, rss = run_measured(cmd, logfile, timeout)
+        seconds, rss = measured(cmd, logfile, timeout)
         # The log's lines, kept with the record (the work directory goes):
         # their times (UTC) set against the writer's slowest commits tell
         # which step of the pack slowed it.
@@ -226,22 +116,6 @@ class Side(blobs.Side):
         return {'seconds': seconds, 'peak_rss_mb': rss, 'how': how,
                 'command': ' '.join(str(c) for c in cmd), 'log': str(logfile),
                 'log_tail': lines[-LOG_LINES:]}
-
-
-def table_rows(database, backend, name):
-    """Rows per table of one database, counted exactly."""
-    conn, tables, quote = open_tables(database, backend, name)
-    try:
-        cur = conn.cursor()
-        rows = {}
-        for table in tables:
-            # The names come from the catalogue, not from input.
-            cur.execute(f'SELECT COUNT(*) FROM {quote.format(table)}')
-            rows[table] = cur.fetchone()[0]
-        conn.rollback()
-        return rows
-    finally:
-        conn.close()
 
 
 class Writer:
@@ -261,12 +135,12 @@ class Writer:
     def wait_ready(self, timeout=600):
         deadline = perf() + timeout
         while not self.files['ready'].exists():
-            if self.child.proc.poll() is not None:
+            if self.child.poll() is not None:
                 self.child.result(1)    # raises with its error
                 raise WorkloadFailed('the writer exited before it was '
                                      'ready')
             if perf() > deadline:
-                self.child.proc.kill()
+                self.child.kill()
                 raise WorkloadFailed('the writer was not ready after '
                                      f'{timeout}s')
             time.sleep(0.05)
@@ -278,7 +152,7 @@ class Writer:
         summary.pop('info', None)
         slowest = sorted(timed, key=lambda pair: -pair[1])[:SLOWEST]
         return dict(summary,
-                    latency=latency_figures([s for _, s in timed]),
+                    latency=latencies([s for _, s in timed]),
                     slowest=[[utc(at), seconds] for at, seconds in slowest])
 
 
@@ -395,7 +269,7 @@ def one_side(side, database, backend, mode, args):
         record['info'] = record['build'].pop('info')
         log(f'{where}: built in {record["build"]["seconds"]:.1f}s '
             f'({record["build"]["live"]:,} documents reachable)')
-        record['rows']['built'] = table_rows(database, backend, name)
+        record['rows']['built'] = count_rows(database, backend, name)
 
         step = 'settle'
         record['settle'] = {'built': settle(database, where, args)}
@@ -430,7 +304,7 @@ def one_side(side, database, backend, mode, args):
         if record.get('server_pack1', {}).get('summary'):
             log(f'{where}: the server during the first pack: '
                 f'{json.dumps(record["server_pack1"]["summary"])}')
-        record['rows']['pack1'] = table_rows(database, backend, name)
+        record['rows']['pack1'] = count_rows(database, backend, name)
 
         if side.impl == 'ref' and args.ref_first_pack_only:
             log(f'{where}: grow and second pack skipped '
@@ -441,7 +315,7 @@ def one_side(side, database, backend, mode, args):
             record['grow'] = side.workload('grow', config, '--fraction',
                                            args.grow, timeout=args.timeout)
             record['grow'].pop('info', None)
-            record['rows']['grown'] = table_rows(database, backend, name)
+            record['rows']['grown'] = count_rows(database, backend, name)
 
             step = 'settle'
             record['settle']['grown'] = settle(database, where, args)
@@ -453,7 +327,7 @@ def one_side(side, database, backend, mode, args):
                                         args.timeout)
             log(f'{where}: second pack {record["pack2"]["seconds"]:.1f}s, '
                 f'peak RSS {record["pack2"]["peak_rss_mb"]:.0f} MiB')
-            record['rows']['pack2'] = table_rows(database, backend, name)
+            record['rows']['pack2'] = count_rows(database, backend, name)
 
         step = 'count'
         log(f'{where}: count (walk from the root)')
@@ -470,8 +344,8 @@ def one_side(side, database, backend, mode, args):
     finally:
         if not args.keep_data:
             database.drop(name)
-    if side.impl == 'ours' and src_digest() != record['src']:
-        record['src'] += ' (changed during this run)'
+    if side.impl == 'ours':
+        record['src'] = digest_after(record['src'])
     return record
 
 
@@ -613,10 +487,10 @@ def table(backend, mode, records, args):
         rows.append((label, unit, fmt(o, unit), fmt(r, unit),
                      '-' if ratio is None else f'{ratio:.2f}',
                      target_text(target) if target else '', verdict))
-    lines = report.title(f'{TITLES[backend]}, {MODES[mode][0]}')
-    lines += report.render(header, rows) if rows else ['(no figures)']
+    lines = title(f'{TITLES[backend]}, {MODES[mode][0]}')
+    lines += render(header, rows) if rows else ['(no figures)']
     for impl, record in records.items():
-        label = report.LABELS[impl]
+        label = LABELS[impl]
         for step in ('pack1', 'pack2'):
             how = record.get(step, {}).get('how')
             if how and how != 'zodbpack':
@@ -648,7 +522,7 @@ def table(backend, mode, records, args):
 
 
 def verdicts(checks):
-    return report.target_lines(
+    return target_lines(
         checks,
         lambda c: f'{c["ratio"] if c["ratio"] is not None else c["ours"]:.2f}',
         lambda c: f'{c["target"]}')
@@ -657,21 +531,16 @@ def verdicts(checks):
 # -- main ----------------------------------------------------------------
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        description='Pack time, writer latency during a pack and pack '
-        'memory against RelStorage 4.3.')
-    parser.add_argument('--backends', default=','.join(BACKENDS),
-                        help='comma-separated: postgresql, mysql (MariaDB)')
-    parser.add_argument('--modes', default='hp',
-                        help='comma-separated: hp (history-preserving, the '
-                        'default), hf (history-free)')
-    parser.add_argument('--sides', default=','.join(IMPLS),
-                        help='comma-separated: ours, ref (RS 4.3)')
-    parser.add_argument('--objects', type=int,
-                        help='documents built (default 1,000,000; 20,000 '
-                        'with --quick)')
-    parser.add_argument('--quick', action='store_true',
-                        help='a small run: a smoke test, not a measurement')
+    parser = Parser('Pack time, writer latency during a pack and pack '
+                    'memory against RelStorage 4.3.')
+    parser.choice('backends', BACKENDS, help='comma-separated: postgresql, '
+                  'mysql (MariaDB)')
+    parser.choice('modes', MODES, default='hp', help='comma-separated: hp '
+                  '(history-preserving, the default), hf (history-free)')
+    parser.choice('sides', IMPLS, help='comma-separated: ours, ref (RS 4.3)')
+    parser.scaled('--objects', 1000000, 20000, help='documents built '
+                  '(default 1,000,000; 20,000 with --quick)')
+    parser.quick()
     parser.add_argument('--seed', type=int, default=1)
     parser.add_argument('--ours-option', action='append', default=[],
                         metavar='"KEY VALUE"',
@@ -685,9 +554,8 @@ def parse_args(argv):
     parser.add_argument('--grow', type=float, default=0.1,
                         help='the grow step, as a fraction of --objects '
                         '(default 0.1)')
-    parser.add_argument('--writer-seconds', type=float,
-                        help='the writer alone (default 30, 10 with '
-                        '--quick)')
+    parser.scaled('--writer-seconds', 30, 10, type=float,
+                  help='the writer alone (default 30, 10 with --quick)')
     parser.add_argument('--writer-pause', type=float, default=0.02,
                         help="seconds between the writer's commits "
                         '(default 0.02)')
@@ -702,52 +570,33 @@ def parse_args(argv):
                         "venv's zodbpack)")
     parser.add_argument('--timeout', type=float, default=6 * 3600,
                         help='seconds any one step may take (default 6 h)')
-    run.add_server_options(parser)
-    parser.add_argument('--json', default=str(HERE / 'results' /
-                                              'pack.json'),
-                        help='where to write the results')
-    parser.add_argument('--keep-data', action='store_true',
-                        help='keep the databases, configs and logs')
-    args = parser.parse_args(argv)
-    if args.objects is None:
-        args.objects = 20000 if args.quick else 1000000
-    if args.writer_seconds is None:
-        args.writer_seconds = 10 if args.quick else 30
-
-    args.backends = run.choose(parser, args.backends, BACKENDS, 'backend')
-    args.modes = run.choose(parser, args.modes, MODES, 'mode')
-    args.sides = run.choose(parser, args.sides, IMPLS, 'side')
-    return args
+    parser.servers(sqlite_synchronous=False)
+    parser.results('pack.json', keep_help='keep the databases, configs and '
+                   'logs')
+    return parser.parse(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
     started = time.monotonic()
-    if 'ref' in args.sides:
-        refenv.ensure(log)
-    probes = {impl: run.probe(impl) for impl in args.sides}
-    for impl, info in probes.items():
-        log(f'{report.LABELS[impl]}: relstorage {info["relstorage"]} from '
-            f'{info["relstorage_file"]}')
-    databases = {b: run.database_for(b, args) for b in args.backends}
-    env = run.environment(
-        probes, {b: d.server_version() for b, d in databases.items()})
+    probes = prepare(args.sides, HERE / 'workload.py', log)
+    databases = {b: backends.database_for(b, args) for b in args.backends}
+    env = environment({b: d.server_version() for b, d in databases.items()},
+                      probes)
     WORK.mkdir(parents=True, exist_ok=True)
-    lines = ['', 'Environment', '===========', '',
-             report.describe_environment(env), '']
+    lines = heading(env)
     warnings = []
     for impl in args.sides:
         if Side(impl, 'postgresql', args).zodbpack is None:
             warnings.append(
-                f'WARNING: {report.LABELS[impl]} has no zodbpack script '
+                f'WARNING: {LABELS[impl]} has no zodbpack script '
                 f'(--{impl}-zodbpack): it packs with pack_workload.py pack, '
                 f'storage.pack(t, referencesf) in a process of its '
                 f'interpreter.')
     for w in warnings:
         log(w)
     if 'mysql' in args.backends and 'ref' in args.sides:
-        warnings.append(f'NOTE: {mariadb_patch.DESCRIPTION} Its zodbpack '
-                        f'runs unpatched.')
+        warnings += patch_note(' Its zodbpack runs unpatched.')[:1]
     lines += warnings + [
         f'{args.objects:,} documents per build (seed {args.seed}), half of '
         f'them unreachable; writer: one small commit, then '
@@ -763,24 +612,22 @@ def main(argv=None):
         if settings:
             lines[-1:-1] = [f'{TITLES[backend]} settings: ' + ', '.join(
                 f'{k}={v}' for k, v in settings.items())]
-    print('\n'.join(lines), flush=True)
+    show(lines)
 
     results, checks = {}, []
     order = [impl for impl in IMPLS if impl in args.sides]
-    index = 0
+    turns = Turns()
     for backend, database in databases.items():
         for mode in args.modes:
             records = {}
-            for impl in run.alternate(order, index):
+            for _, impl in turns.rounds(order, 1):
                 records[impl] = one_side(Side(impl, backend, args),
                                          database, backend, mode, args)
-            index += 1
             records = {impl: records[impl] for impl in order}
             results.setdefault(backend, {})[mode] = records
             text, found = table(backend, mode, records, args)
             checks += found
-            print('\n'.join(text), flush=True)
-            lines += text
+            show(text, lines)
     if not args.keep_data:
         for path in WORK.glob('*'):
             path.unlink()
@@ -790,18 +637,12 @@ def main(argv=None):
                 path.rmdir()
             except OSError:
                 pass
-    elapsed = time.monotonic() - started
-    tail = []
-    sources = {r['src'] for modes in results.values()
-               for records in modes.values() for r in records.values()
-               if r.get('src')}
-    if len(sources) > 1 or any('changed' in s for s in sources):
-        tail += [f'WARNING: our sources (src/relstorage) changed during the '
-                 f'run: {", ".join(sorted(sources))}', '']
-    tail += verdicts(checks) + ['', f'total run time {elapsed / 60:.1f} min']
-    print('\n'.join(tail), flush=True)
-    document = {
-        'environment': dict(env, git_end=run.git_revision()),
+    sources = [r.get('src') for modes in results.values()
+               for records in modes.values() for r in records.values()]
+    tail = sources_warning(sources) + verdicts(checks) + run_time(started)
+    show(tail)
+    write_results(args.json, {
+        'environment': finish(env),
         'settings': {k: getattr(args, k) for k in (
             'backends', 'modes', 'sides', 'objects', 'quick', 'seed', 'grow',
             'writer_seconds', 'writer_pause', 'days', 'ours_zodbpack',
@@ -811,12 +652,8 @@ def main(argv=None):
                         for m, records in modes.items()}
                     for b, modes in results.items()},
         'checks': checks,
-        'elapsed_seconds': elapsed,
-        'report': '\n'.join(lines + tail)}
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1, default=str) + '\n')
-    log(f'results written to {path}')
+        'elapsed_seconds': time.monotonic() - started,
+        'report': '\n'.join(lines + tail)})
     failed = any('error' in r for modes in results.values()
                  for records in modes.values() for r in records.values())
     return 1 if failed else 0
