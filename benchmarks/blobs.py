@@ -15,27 +15,27 @@ database.  Neither side gets ``blob-cache-size`` (never trimmed) nor
 ``blob-chunk-size`` (1 MiB on both).  The sides alternate as in run.py;
 the figures are the medians of ``--repeat`` runs.  The environment, the
 reference venv, the databases and the MariaDB patch of RelStorage 4.3 are
-run.py's (imported from it).  See README.rst.
+the harness's (``harness/``), as for run.py.  See README.rst.
 """
-import argparse
-import hashlib
-import json
 import os
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import mariadb_patch  # noqa: E402
-import refenv  # noqa: E402
-import report  # noqa: E402
-import run  # noqa: E402
-from backends import BACKENDS, DATA, TITLES  # noqa: E402
-from run import IMPLS, WorkloadFailed, alternate, log  # noqa: E402
+from harness import DATA, backends
+from harness.backends import BACKENDS, TITLES, fresh_dir, relstorage_zconfig
+from harness.cli import Parser
+from harness.environment import (digest_after, environment, finish,
+                                 load_warning, sources_warning, src_digest)
+from harness.figures import median, spread
+from harness.procs import WorkloadFailed
+from harness.report import (heading, log, patch_note, reference_patch,
+                            render, run_time, show, target_lines, title,
+                            write_results)
+from harness.sides import IMPLS, LABELS, Side, Turns, prepare
 
+HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / 'blob_workload.py'
 BLOB_DIRS = DATA / 'blob-dirs'
 
@@ -60,50 +60,15 @@ def target(backend, mode, size, phase):
 
 def blob_zconfig(database, impl, name, blob_dir, shared):
     """The storage section both implementations accept: history-free, the
-    blob options, the adapter section of backends.py."""
-    return ('%import relstorage\n<relstorage>\n  keep-history false\n'
-            f'  blob-dir {blob_dir}\n'
-            f'  shared-blob-dir {"true" if shared else "false"}\n'
-            f'{database.adapter(impl, name)}\n</relstorage>\n')
+    blob options, the adapter section of harness/backends.py."""
+    return relstorage_zconfig(database, impl, name, False, [
+        f'blob-dir {blob_dir}',
+        f'shared-blob-dir {"true" if shared else "false"}'])
 
 
-def src_digest():
-    """A digest of our package's files.  The checkout may be edited while a
-    run goes on, and each process imports what is there when it starts:
-    every run records the digest, and the report warns when it changed."""
-    digest = hashlib.sha256()
-    package = run.SRC / 'relstorage'
-    for path in sorted(package.rglob('*')):
-        if path.is_file() and '__pycache__' not in path.parts:
-            digest.update(path.relative_to(package).as_posix().encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
-
-
-def fresh_dir(path):
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
-    return path
-
-
-class Side:
-    """One implementation: its interpreter, where its relstorage must come
-    from, and its flags (the MariaDB patch for 4.3)."""
-
-    def __init__(self, impl, backend):
-        self.impl = impl
-        self.label = report.LABELS[impl]
-        self.python = (str(refenv.python()) if impl == 'ref'
-                       else sys.executable)
-        self.home = refenv.VENV if impl == 'ref' else run.SRC
-        self.flags = (['--patch-mariadb']
-                      if backend == 'mysql' and impl == 'ref' else [])
-
-    def run(self, command, zconfig, count, size, timeout=1800):
-        cmd = ([self.python, '-I', str(WORKLOAD), command,
-                '--expect-under', str(self.home), '--zconfig', zconfig,
-                '--count', str(count), '--size', str(size)] + self.flags)
-        return run.subprocess_json(cmd, timeout)
+def run_blobs(side, command, zconfig, count, size, timeout=1800):
+    return side.run(command, '--zconfig', zconfig, '--count', count,
+                    '--size', size, timeout=timeout)
 
 
 def one_run(side, database, mode, size, count):
@@ -116,18 +81,15 @@ def one_run(side, database, mode, size, count):
     source = src_digest()
     database.create(name)
     try:
-        stored = side.run('store', blob_zconfig(database, side.impl, name,
-                                                store_dir, MODES[mode]),
-                          count, size)
-        loaded = side.run('load', blob_zconfig(database, side.impl, name,
-                                               load_dir, MODES[mode]),
-                          count, size)
+        stored = run_blobs(side, 'store', blob_zconfig(
+            database, side.impl, name, store_dir, MODES[mode]), count, size)
+        loaded = run_blobs(side, 'load', blob_zconfig(
+            database, side.impl, name, load_dir, MODES[mode]), count, size)
     finally:
         database.drop(name)
         shutil.rmtree(BLOB_DIRS, ignore_errors=True)
     phases = dict(stored['phases'], **loaded['phases'])
-    if src_digest() != source:
-        source += ' (changed during this run)'
+    source = digest_after(source)
     return {'phases': phases, 'info': stored['info'], 'src': source,
             'wall_seconds': stored['wall_seconds'] + loaded['wall_seconds']}
 
@@ -146,7 +108,7 @@ def measure(backend, database, mode, size, args):
     cell did not follow the alternation (SQLite, cached, 1 MiB: 280 213 446
     232 522 224 486 241), hence a warm-up run before each cell."""
     nbytes, count = args.sizes[size]
-    sides = [Side(impl, backend) for impl in IMPLS]
+    sides = [Side(impl, backend, WORKLOAD) for impl in IMPLS]
     cell = {'blob_bytes': nbytes, 'blobs': count,
             'load_average': [os.getloadavg()[0]]}
     for side in sides:
@@ -160,25 +122,23 @@ def measure(backend, database, mode, size, args):
         one_run(sides[-1], database, mode, nbytes, count)
     except (WorkloadFailed, RuntimeError) as e:
         log(f'  warm-up failed: {e}')
-    for round_ in range(args.repeat):
-        for side in alternate(sides, round_):
-            entry = cell[side.impl]
-            if entry['error']:
-                continue
-            log(f'{where}: {side.label} {round_ + 1}/{args.repeat} '
-                f'({count} blobs of {nbytes:,} bytes)')
-            try:
-                entry['runs'].append(one_run(side, database, mode, nbytes,
-                                             count))
-            except (WorkloadFailed, RuntimeError) as e:
-                entry['error'] = str(e)
-                log(f'  FAILED: {side.label} on {where}:\n{e}')
+    for round_, side in Turns().rounds(sides, args.repeat):
+        entry = cell[side.impl]
+        if entry['error']:
+            continue
+        log(f'{where}: {side.label} {round_ + 1}/{args.repeat} '
+            f'({count} blobs of {nbytes:,} bytes)')
+        try:
+            entry['runs'].append(one_run(side, database, mode, nbytes,
+                                         count))
+        except (WorkloadFailed, RuntimeError) as e:
+            entry['error'] = str(e)
+            log(f'  FAILED: {side.label} on {where}:\n{e}')
     cell['load_average'].append(os.getloadavg()[0])
     for side in sides:
         runs = cell[side.impl]['runs']
         cell[side.impl]['median'] = {
-            phase: {unit: statistics.median(r['phases'][phase][unit]
-                                            for r in runs)
+            phase: {unit: median(r['phases'][phase][unit] for r in runs)
                     for unit in ('mb_rate', 'rate')}
             for phase, _ in PHASES} if runs else None
         cell[side.impl]['write_seconds'] = [
@@ -216,15 +176,15 @@ def table(backend, mode, cells):
                 'ok' if ok else 'tie' if tie else 'MISS'))
         for impl in IMPLS:
             if cell[impl]['error']:
-                notes.append(f'{report.LABELS[impl]} FAILED on {size}:\n'
+                notes.append(f'{LABELS[impl]} FAILED on {size}:\n'
                              + cell[impl]['error'])
         first, last = cell['load_average']
         notes.append(f'{size}: load average {first:.2f} before, '
                      f'{last:.2f} after')
     shared = 'true' if MODES[mode] else 'false'
-    lines = report.title(f'{TITLES[backend]}, {mode} (shared-blob-dir '
-                         f'{shared}, history-free)')
-    lines += report.render(header, rows) + notes + ['']
+    lines = title(f'{TITLES[backend]}, {mode} (shared-blob-dir {shared}, '
+                  f'history-free)')
+    lines += render(header, rows) + notes + ['']
     return lines, checks
 
 
@@ -232,13 +192,8 @@ def run_spread(cell, phase):
     """How far the runs of one side lie from each other in ``phase``: half
     the range of its run rates over their median, the larger of the two
     sides (0 when a side has fewer than two runs)."""
-    spreads = [0.0]
-    for impl in IMPLS:
-        rates = [r['phases'][phase]['rate'] for r in cell[impl]['runs']]
-        if len(rates) > 1:
-            spreads.append((max(rates) - min(rates))
-                           / (2 * statistics.median(rates)))
-    return max(spreads)
+    return max(spread([r['phases'][phase]['rate'] for r in cell[impl]['runs']])
+               for impl in IMPLS)
 
 
 def verdicts(checks):
@@ -248,7 +203,7 @@ def verdicts(checks):
     same file operations (100 MiB blobs in shared mode, warm reads from
     blob-dir) came out a few per cent above or below 1.0 from one run to
     the next."""
-    return report.target_lines(
+    return target_lines(
         checks,
         lambda c: 'ratio ' + ('-' if c['value'] is None
                               else f'{c["value"]:.2f}'),
@@ -258,57 +213,40 @@ def verdicts(checks):
 # -- main --------------------------------------------------------------------
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        description='Blob store and load speed against RelStorage 4.3.')
-    parser.add_argument('--backends', default=','.join(BACKENDS))
-    parser.add_argument('--modes', default=','.join(MODES))
-    parser.add_argument('--sizes', default=','.join(SIZES))
-    parser.add_argument('--repeat', type=int, default=4,
-                        help='runs per side, each on a fresh database '
-                        '(default 4; keep it even, see measure()); the '
-                        'figures are the medians')
+    parser = Parser('Blob store and load speed against RelStorage 4.3.')
+    parser.choice('backends', BACKENDS)
+    parser.choice('modes', MODES)
+    parser.choice('sizes', SIZES)
+    parser.repeat(4, help='runs per side, each on a fresh database (default '
+                  '4; keep it even, see measure()); the figures are the '
+                  'medians')
     parser.add_argument('--blobs', default='',
                         help='blobs per measurement, e.g. 100m=2,1m=50 '
                         '(default 10k=500, 1m=100, 100m=5)')
-    run.add_server_options(parser)
-    parser.add_argument('--sqlite-synchronous', default='default',
-                        choices=('default', 'off', 'normal', 'full'),
-                        help="SQLite's synchronous pragma for both sides; "
-                        'default leaves each its own (ours FULL, 4.3 '
-                        'NORMAL)')
-    parser.add_argument('--json', default=str(HERE / 'results' /
-                                              'blobs.json'))
-    args = parser.parse_args(argv)
-
-    args.backends = run.choose(parser, args.backends, BACKENDS, 'backend')
-    args.modes = run.choose(parser, args.modes, MODES, 'mode')
+    parser.servers()
+    parser.results('blobs.json', keep_data=False)
+    args = parser.parse(argv)
     counts = {size: count for size, (_, count) in SIZES.items()}
     for item in filter(None, args.blobs.split(',')):
         size, _, count = item.partition('=')
         if size not in SIZES or not count.isdigit():
             parser.error(f'--blobs: expected size=count, got {item!r}')
         counts[size] = int(count)
-    args.sizes = {size: (SIZES[size][0], counts[size])
-                  for size in run.choose(parser, args.sizes, SIZES, 'size')}
+    args.sizes = {size: (SIZES[size][0], counts[size]) for size in args.sizes}
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
     started = time.monotonic()
-    refenv.ensure(log)
-    probes = {impl: run.probe(impl) for impl in IMPLS}
-    for impl, info in probes.items():
-        log(f'{report.LABELS[impl]}: relstorage {info["relstorage"]} from '
-            f'{info["relstorage_file"]}')
-    databases = {b: run.database_for(b, args) for b in args.backends}
-    env = run.environment(
-        probes, {b: d.server_version() for b, d in databases.items()})
+    probes = prepare(IMPLS, HERE / 'workload.py', log)
+    databases = {b: backends.database_for(b, args) for b in args.backends}
+    env = environment({b: d.server_version() for b, d in databases.items()},
+                      probes)
     results, checks = {}, []
-    lines = ['', 'Environment', '===========', '',
-             report.describe_environment(env), '']
+    lines = heading(env)
     if 'mysql' in args.backends:
-        lines += [f'NOTE: {mariadb_patch.DESCRIPTION}', '']
+        lines += patch_note()
     lines += [
         'History-free databases.  Per size, each side stores N blobs, one '
         'per transaction, in a fresh process on a fresh database and blob '
@@ -319,7 +257,7 @@ def main(argv=None):
         f'{args.repeat} runs; ratio = ours / RS 4.3 (> 1.0: ours is '
         'faster).  MiB = 2**20 bytes; sizes 10k = 10 KiB, 1m = 1 MiB, '
         '100m = 100 MiB.', '']
-    print('\n'.join(lines), flush=True)
+    show(lines)
     for backend, database in databases.items():
         for mode in args.modes:
             cells = {}
@@ -328,41 +266,23 @@ def main(argv=None):
             results.setdefault(backend, {})[mode] = cells
             text, found = table(backend, mode, cells)
             checks += found
-            print('\n'.join(text), flush=True)
-            lines += text
+            show(text, lines)
     shutil.rmtree(BLOB_DIRS, ignore_errors=True)
     try:
         DATA.rmdir()    # when nothing else (run.py --keep-data) is there
     except OSError:
         pass
-    elapsed = time.monotonic() - started
-    tail = []
     loads = [value for modes in results.values() for cells in modes.values()
              for cell in cells.values() for value in cell['load_average']]
-    # A run keeps about two processes busy (a workload, a database server).
-    if loads and max(loads) > (os.cpu_count() or 1) + 1:
-        tail += [f'WARNING: the load average reached {max(loads):.2f} on '
-                 f'{os.cpu_count()} CPUs: other work shared the machine, '
-                 f'and the figures are less reliable.', '']
     # Our side's runs only: the reference venv does not change.
-    sources = {}
-    for backend, modes in results.items():
-        for mode, cells in modes.items():
-            for size, cell in cells.items():
-                for r in cell['ours']['runs']:
-                    sources.setdefault(r['src'], f'{TITLES[backend]} '
-                                                 f'{mode} {size}')
-    if len(sources) > 1:
-        tail += [f'WARNING: our sources (src/relstorage) changed during the '
-                 f'run: {len(sources)} versions measured (digest: first '
-                 f'cell) ' + ', '.join(f'{d}: {w}'
-                                       for d, w in sources.items()), '']
-    tail += verdicts(checks) + ['', f'total run time {elapsed / 60:.1f} min']
-    print('\n'.join(tail))
-    text = '\n'.join(lines + tail)
-    document = {
-        'environment': dict(env, git_end=run.git_revision(),
-                            src_digests=sorted(sources)),
+    sources = [r['src'] for modes in results.values()
+               for cells in modes.values() for cell in cells.values()
+               for r in cell['ours']['runs']]
+    tail = (load_warning(loads) + sources_warning(sources) + verdicts(checks)
+            + run_time(started))
+    show(tail)
+    write_results(args.json, {
+        'environment': dict(finish(env), src_digests=sorted(set(sources))),
         'settings': {'backends': args.backends, 'modes': args.modes,
                      'sizes': {s: {'bytes': b, 'blobs': n}
                                for s, (b, n) in args.sizes.items()},
@@ -377,15 +297,10 @@ def main(argv=None):
                         for m, cells in modes.items()}
                     for b, modes in results.items()},
         'checks': checks,
-        'reference_patch': ({'backend': 'mysql',
-                             'description': mariadb_patch.DESCRIPTION}
+        'reference_patch': (reference_patch()
                             if 'mysql' in args.backends else None),
-        'elapsed_seconds': elapsed,
-        'report': text}
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1) + '\n')
-    log(f'results written to {path}')
+        'elapsed_seconds': time.monotonic() - started,
+        'report': '\n'.join(lines + tail)})
     failed = any(cells[s]['ours']['error'] for modes in results.values()
                  for cells in modes.values() for s in cells)
     return 1 if failed else 0
