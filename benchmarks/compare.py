@@ -11,11 +11,10 @@ import json
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from backends import MODES  # noqa: E402
-from report import (  # noqa: E402
-    LABELS, METRICS, UNITS, fmt, label_of, ratio)
+from harness import RESULTS
+from harness.backends import MODES
+from harness.sides import LABELS
+from run_report import METRICS, UNITS, fmt, label_of, ratio
 
 
 def groups(document):
@@ -33,7 +32,7 @@ def main(argv):
     if not argv or len(argv) > 2:
         raise SystemExit(__doc__)
     old = json.loads(Path(argv[0]).read_text())
-    new_path = argv[1] if len(argv) > 1 else HERE / 'results' / 'latest.json'
+    new_path = argv[1] if len(argv) > 1 else RESULTS / 'latest.json'
     new = json.loads(Path(new_path).read_text())
     for name, document in (('old', old), ('new', new)):
         env = document['environment']

@@ -14,135 +14,45 @@ which the report announces.  Every measurement is a subprocess running
 ``workload.py`` (or ``floor.py`` for the bare driver) with a ZConfig
 string, so the same code drives every implementation.  See README.rst for
 what each phase does.
+
+This file is the phases and their figures; the sides, databases,
+processes, options, environment and results document are the harness's
+(``harness/``), the tables and targets run_report.py's.
 """
-import argparse
-import datetime
-import json
 import os
-import platform
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+import run_report
+from harness import DATA, backends, environment, figures
+from harness.backends import BACKENDS, MODES, TITLES
+from harness.cli import Parser
+from harness.procs import WorkloadFailed, run_all
+from harness.report import log, reference_patch, write_results
+from harness.sides import IMPLS, Side, Turns, prepare
+from harness.venvs import clean_env
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-SRC = REPO / 'src'
 WORKLOAD = HERE / 'workload.py'
 FLOOR = HERE / 'floor.py'
-
-sys.path.insert(0, str(HERE))
-import backends  # noqa: E402
-import mariadb_patch  # noqa: E402
-import refenv  # noqa: E402
-import report  # noqa: E402
-from backends import BACKENDS, DATA, MODES, TITLES  # noqa: E402
-from report import LABELS  # noqa: E402
-
-IMPLS = ('ours', 'ref')
-OTHERS = ('filestorage', 'zeo')
-
-_started = time.monotonic()
+OTHERS = run_report.OTHERS
 
 
-def log(message):
-    print(f'[{time.monotonic() - _started:6.1f}s] {message}', flush=True)
+class Contender(Side):
+    """A side of run.py: its workload.py, how to get a fresh storage, and
+    whether several processes can share one of its storages."""
 
-
-# -- running the workload ----------------------------------------------------
-
-class WorkloadFailed(Exception):
-    pass
-
-
-def tail(text, lines=15):
-    return '\n'.join(text.strip().splitlines()[-lines:])
-
-
-def subprocess_json(cmd, timeout):
-    """Run ``cmd`` with ``--out FILE`` appended; returns the JSON it wrote."""
-    fd, out = tempfile.mkstemp(prefix='bench-', suffix='.json')
-    os.close(fd)
-    try:
-        proc = subprocess.run(cmd + ['--out', out], env=refenv.clean_env(),
-                              cwd=str(HERE), capture_output=True, text=True,
-                              timeout=timeout)
-        if proc.returncode != 0:
-            raise WorkloadFailed(tail(proc.stderr or proc.stdout) or
-                                 f'exit status {proc.returncode}')
-        with open(out) as f:
-            return json.load(f)
-    except subprocess.TimeoutExpired:
-        raise WorkloadFailed(f'{cmd[3]} ran longer than {timeout}s')
-    finally:
-        os.remove(out)
-
-
-class Side:
-    """One implementation on one backend: which interpreter runs it, where
-    its relstorage must come from, and how to get a fresh storage."""
-
-    def __init__(self, impl, fresh, flags=(), processes=True):
-        self.impl = impl
-        self.label = LABELS[impl]
-        self.python = (str(refenv.python()) if impl == 'ref'
-                       else sys.executable)
-        self.home = refenv.VENV if impl == 'ref' else SRC
+    def __init__(self, impl, backend, fresh, processes=True):
+        super().__init__(impl, backend, WORKLOAD)
         self.fresh = fresh
-        self.flags = list(flags)
-        #: Whether several processes can share one of its storages.
         self.processes = processes
 
-    def command(self, command, *args):
-        return ([self.python, '-I', str(WORKLOAD), command,
-                 '--expect-under', str(self.home)] + self.flags
-                + [str(a) for a in args])
 
-    def run(self, command, *args, timeout=1200):
-        return subprocess_json(self.command(command, *args), timeout)
-
-
-def probe(impl):
-    cmd = [str(refenv.python()) if impl == 'ref' else sys.executable, '-I',
-           str(WORKLOAD), 'probe', '--expect-under',
-           str(refenv.VENV if impl == 'ref' else SRC)]
-    return subprocess_json(cmd, 300)['info']
-
-
-def run_workers(side, tmp, commands, timeout=1800):
-    """Start one worker process per command (its words and arguments,
-    ``--out`` added) at once, wait for all; their JSON results, or
-    WorkloadFailed with the stderr of the first that failed (the others
-    are killed)."""
-    workers = []
-    for index, words in enumerate(commands):
-        out = Path(tmp, f'out-{index}.json')
-        err = open(Path(tmp, f'err-{index}.txt'), 'w')
-        cmd = side.command(*words, '--out', out)
-        workers.append((subprocess.Popen(
-            cmd, env=refenv.clean_env(), cwd=str(HERE),
-            stdout=subprocess.DEVNULL, stderr=err), out, err))
-    failed = None
-    deadline = time.monotonic() + timeout
-    while any(p.poll() is None for p, _, _ in workers):
-        for p, _, err in workers:
-            if p.poll() not in (None, 0) and failed is None:
-                failed = Path(err.name)
-        if failed or time.monotonic() > deadline:
-            for p, _, _ in workers:
-                if p.poll() is None:
-                    p.kill()
-        time.sleep(0.05)
-    for p, _, err in workers:
-        err.close()
-        if p.returncode != 0 and failed is None:
-            failed = Path(err.name)
-    if failed:
-        raise WorkloadFailed(tail(failed.read_text()) or
-                             'a worker was killed')
-    return [json.loads(out.read_text()) for _, out, _ in workers]
+def run_workers(side, commands, timeout=1800):
+    """One worker process per command (its words and arguments) started
+    at once; their JSON results (see procs.run_all)."""
+    return run_all([side.start(*words) for words in commands], timeout)
 
 
 def several_processes(side, zconfig, args):
@@ -155,7 +65,7 @@ def several_processes(side, zconfig, args):
     with tempfile.TemporaryDirectory(prefix='bench-mp-') as tmp:
         barrier = Path(tmp, 'barrier')
         barrier.mkdir()
-        results = run_workers(side, tmp, [
+        results = run_workers(side, [
             ('mp-worker', '--zconfig', zconfig, '--objects', per_worker,
              '--processes', n, '--index', index, '--barrier', barrier)
             for index in range(n)])
@@ -180,7 +90,7 @@ def mixed_processes(side, zconfig, args):
         barrier = Path(tmp, 'barrier')
         barrier.mkdir()
         bumps = [Path(tmp, f'bumps-{index}.json') for index in range(n)]
-        results = run_workers(side, tmp, [
+        results = run_workers(side, [
             ('mixed-worker', '--zconfig', zconfig, '--objects', args.objects,
              '--processes', n, '--index', index, '--seed', 7000 + index,
              '--requests', args.mixed_requests, '--barrier', barrier,
@@ -199,12 +109,6 @@ def mixed_processes(side, zconfig, args):
 
 
 # -- one backend and mode ----------------------------------------------------
-
-def alternate(sides, round_):
-    """Who goes first in a round: alternating, so that neither always meets
-    the machine in the state the other left it."""
-    return sides if round_ % 2 == 0 else sides[::-1]
-
 
 class Measurement:
     """Every phase for each side of one comparison, on fresh storages."""
@@ -235,10 +139,10 @@ class Measurement:
             log(f'  FAILED: {side.label} {phase} on {self.where}:\n{e}')
 
     def rounds(self, phase, what, repeats, function):
-        for round_ in range(repeats):
-            for side in alternate(self.sides, round_):
-                self.attempt(side, phase, f'{what} {round_ + 1}/{repeats}',
-                             function)
+        """``repeats`` rounds of one phase, the sides alternating."""
+        for round_, side in Turns().rounds(self.sides, repeats):
+            self.attempt(side, phase, f'{what} {round_ + 1}/{repeats}',
+                         function)
 
     def write(self, side, entry):
         """A write run on a fresh storage; the later phases read the
@@ -358,10 +262,8 @@ def best_of(runs, phase, field='rate', scale=1, lowest=False):
     code's: see docs/performance.rst); a median of two or three then says
     which group most processes fell into, the best says what the code
     costs."""
-    values = [r['phases'][phase][field] * scale for r in runs]
-    if not values:
-        return None
-    return min(values) if lowest else max(values)
+    return figures.best([r['phases'][phase][field] * scale for r in runs],
+                        lowest)
 
 
 def summarize(entry):
@@ -369,12 +271,7 @@ def summarize(entry):
     median of each write figure over the write runs, the best cold, warm
     and hot read, prefetch and single load over fresh processes, the
     multi-process aggregates."""
-    out = {}
-    per_run = [write_metrics(w) for w in entry['writes']]
-    for key in dict.fromkeys(k for m in per_run for k in m):
-        values = [m[key] for m in per_run if key in m]
-        if values:
-            out[key] = statistics.median(values)
+    out = figures.medians([write_metrics(w) for w in entry['writes']])
     reads = entry['reads']
     if reads:
         out['cold_read'] = best_of(reads, 'cold_read')
@@ -423,233 +320,73 @@ def summarize_floor(floor):
 
 
 def run_floor(backend, database, args, size):
+    """The floor's figures on ``backend`` (floor.py, the bare driver, on a
+    database of its own), for rows of ``size`` bytes."""
     log(f'{TITLES[backend]}: floor (bare driver, no ZODB)')
     database.create('bench_floor')
     try:
-        cmd = [sys.executable, '-I', str(FLOOR), backend,
-               '--objects', str(args.objects), '--size', str(size),
-               '--repeat', str(args.repeat),
-               '--latency-commits', str(args.latency_commits)]
-        cmd += [str(a) for a in database.floor_args('bench_floor')]
-        return subprocess_json(cmd, 1200)
+        return Side('floor', workload=FLOOR).run(
+            backend, '--objects', args.objects, '--size', size,
+            '--repeat', args.repeat,
+            '--latency-commits', args.latency_commits,
+            *database.floor_args('bench_floor'))
     finally:
         database.drop('bench_floor')
-
-
-# -- reporting ---------------------------------------------------------------
-
-def cpu_model():
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def git_revision():
-    try:
-        rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
-                             cwd=REPO, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(['git', 'status', '--porcelain', 'src'],
-                               cwd=REPO, capture_output=True, text=True,
-                               check=True).stdout.strip()
-        return rev + (' (src/ modified)' if dirty else '')
-    except (OSError, subprocess.CalledProcessError):
-        return 'unknown'
-
-
-def environment(probes, servers):
-    env = {
-        'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec='seconds'),
-        'cpus': os.cpu_count(),
-        'cpu': cpu_model(),
-        'platform': platform.platform(),
-        'git': git_revision(),
-        'load_average': [round(x, 2) for x in os.getloadavg()],
-    }
-    names = {'postgresql': 'postgresql_server', 'mysql': 'mysql_server',
-             'sqlite': 'sqlite_library'}
-    for backend, version in servers.items():
-        env[names[backend]] = version
-    for impl, info in probes.items():
-        env[impl] = {k: v for k, v in info.items() if k != 'platform'}
-    return env
-
-
-def conflict_notes(cell):
-    """Lines under a table about the conflict phase of each side."""
-    out = []
-    for impl in IMPLS + OTHERS:
-        entry = cell.get(impl)
-        if not entry:
-            continue
-        for phase, error in entry.get('errors', {}).items():
-            out.append(f'{LABELS[impl]} FAILED in {phase}: '
-                       + error.strip().splitlines()[-1])
-        runs = [w['phases']['conflicts'] for w in entry['writes']
-                if 'conflicts' in w['phases']]
-        broken = [r for r in runs if 'error' in r]
-        if broken:
-            out.append(f'{LABELS[impl]}: conflicting commits FAILED in '
-                       f'{len(broken)} of {len(runs)} runs: '
-                       f'{broken[0]["error"]}')
-        done = [r for r in runs if 'error' not in r]
-        if done:
-            retries = {}
-            for r in done:
-                for kind, n in r['retries'].items():
-                    retries[kind] = retries.get(kind, 0) + n
-            resolved = sum(r['resolved'] or 0 for r in done)
-            shown = ', '.join(f'{k} {v / len(done):.0f}'
-                              for k, v in sorted(retries.items()))
-            out.append(f'{LABELS[impl]}: conflicting commits, per run: '
-                       f'{resolved / len(done):.0f} objects resolved at '
-                       f'vote; retries: {shown or "none"}')
-    return out
-
-
-def load_line(cell):
-    first, last = cell['load_average']
-    return (f'load average (1 min) {first:.2f} before these runs, '
-            f'{last:.2f} after')
 
 
 # -- main --------------------------------------------------------------------
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        description='Benchmark relstorage against RelStorage 4.3, '
-        'FileStorage and ZEO.')
-    parser.add_argument('--backends', default=','.join(BACKENDS),
-                        help='comma-separated: sqlite, postgresql, mysql '
-                        '(MariaDB)')
-    parser.add_argument('--modes', default='hp,hf',
-                        help='comma-separated: hp (history-preserving), '
-                        'hf (history-free)')
-    parser.add_argument('--others', default='filestorage,zeo',
-                        help='comma-separated: filestorage, zeo, or none')
-    parser.add_argument('--objects', type=int,
-                        help='objects written and read (default 20000, '
-                        '2000 with --quick)')
-    parser.add_argument('--quick', action='store_true',
-                        help='a small run: a smoke test, not a measurement')
-    parser.add_argument('--repeat', type=int,
-                        help='write runs (each on a fresh database) and '
-                        'read processes per implementation; writes report '
-                        'the median run, reads the best process (default 3, '
-                        '1 with --quick)')
-    parser.add_argument('--extra-repeat', type=int,
-                        help='prefetch and single-load processes per '
-                        'implementation (default 2, 1 with --quick)')
+    parser = Parser('Benchmark relstorage against RelStorage 4.3, '
+                    'FileStorage and ZEO.')
+    parser.choice('backends', BACKENDS, help='comma-separated: sqlite, '
+                  'postgresql, mysql (MariaDB)')
+    parser.choice('modes', MODES, help='comma-separated: hp '
+                  '(history-preserving), hf (history-free)')
+    parser.choice('others', OTHERS, what='storage', help='comma-separated: '
+                  'filestorage, zeo, or none')
+    parser.quick()
+    parser.scaled('--objects', 20000, 2000, help='objects written and read '
+                  '(default 20000, 2000 with --quick)')
+    parser.scaled('--repeat', 3, 1, help='write runs (each on a fresh '
+                  'database) and read processes per implementation; writes '
+                  'report the median run, reads the best process (default '
+                  '3, 1 with --quick)')
+    parser.scaled('--extra-repeat', 2, 1, help='prefetch and single-load '
+                  'processes per implementation (default 2, 1 with --quick)')
     parser.add_argument('--hot-repeat', type=int, default=3)
-    parser.add_argument('--latency-commits', type=int,
-                        help='single small commits timed (default 300)')
-    parser.add_argument('--threads', type=int,
-                        help='threads in the conflict phase (default 4)')
-    parser.add_argument('--conflict-commits', type=int,
-                        help='commits per thread in the conflict phase '
-                        '(default 50)')
-    parser.add_argument('--mixed-requests', type=int,
-                        help='requests (5 lookups and a write) per process '
-                        'of the mixed workload')
+    parser.scaled('--latency-commits', 300, 50,
+                  help='single small commits timed (default 300)')
+    parser.scaled('--threads', 4, 2,
+                  help='threads in the conflict phase (default 4)')
+    parser.scaled('--conflict-commits', 50, 10, help='commits per thread in '
+                  'the conflict phase (default 50)')
+    parser.scaled('--mixed-requests', 500, 100, help='requests (5 lookups '
+                  'and a write) per process of the mixed workload')
     parser.add_argument('--processes', type=int, default=4,
                         help='concurrent processes in the multi-process '
                         'phases (default 4; 1 skips them)')
     parser.add_argument('--mp-objects', type=int,
                         help='objects written and read by all the '
                         'processes together (default: --objects)')
-    add_server_options(parser)
-    parser.add_argument('--sqlite-synchronous', default='default',
-                        choices=('default', 'off', 'normal', 'full'),
-                        help="SQLite's synchronous pragma for both sides; "
-                        'default leaves each its own default')
+    parser.servers()
     parser.add_argument('--cache-local-mb', type=float,
                         help='cache-local-mb for both relstorages (default: '
                         'each its own default, 10 MB in both)')
-    parser.add_argument('--json', default=str(HERE / 'results' /
-                                              'latest.json'),
-                        help='where to write the results')
-    parser.add_argument('--keep-data', action='store_true',
-                        help='keep the databases and files of the run')
-    args = parser.parse_args(argv)
-    defaults = {'objects': (20000, 2000), 'repeat': (3, 1),
-                'extra_repeat': (2, 1), 'latency_commits': (300, 50),
-                'threads': (4, 2), 'conflict_commits': (50, 10),
-                'mixed_requests': (500, 100)}
-    for name, (full, small) in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, small if args.quick else full)
+    parser.results('latest.json')
+    args = parser.parse(argv)
     if args.mp_objects is None:
         args.mp_objects = args.objects
-
-    args.backends = choose(parser, args.backends, BACKENDS, 'backend')
-    args.modes = choose(parser, args.modes, MODES, 'mode')
-    args.others = choose(parser, args.others, OTHERS, 'storage')
     return args
-
-
-def add_server_options(parser):
-    """The options that say where the servers are (every benchmark's)."""
-    parser.add_argument('--pg-dsn',
-                        default='host=127.0.0.1 port=5432 user=root',
-                        help='libpq connection string without dbname; the '
-                        'user must be allowed to create databases')
-    parser.add_argument('--mysql-host', default='127.0.0.1')
-    parser.add_argument('--mysql-port', type=int, default=3306)
-    parser.add_argument('--mysql-user', default='root',
-                        help='must be allowed to create databases')
-    parser.add_argument('--mysql-passwd', default='')
-
-
-def choose(parser, text, allowed, what):
-    """The names of the comma-separated ``text`` (``none``: none), each
-    one of ``allowed``; else a usage error naming ``what``."""
-    chosen = [n.strip() for n in text.split(',') if n.strip()]
-    chosen = [n for n in chosen if n != 'none']
-    for n in chosen:
-        if n not in allowed:
-            parser.error(f'unknown {what} {n!r}')
-    return chosen
-
-
-def database_for(backend, args):
-    if backend == 'postgresql':
-        return backends.PostgreSQL(args.pg_dsn)
-    if backend == 'mysql':
-        return backends.MariaDB(args.mysql_host, args.mysql_port,
-                                args.mysql_user, args.mysql_passwd)
-    return backends.SQLite(args.sqlite_synchronous)
 
 
 def main(argv=None):
     args = parse_args(argv)
     backends.CACHE_LOCAL_MB = args.cache_local_mb
-    probes = {}
-    for impl in IMPLS:
-        if impl == 'ref':
-            # After our side is known good: the reference environment is
-            # pinned to our side's ZODB stack.
-            refenv.ensure(log)
-        try:
-            probes[impl] = probe(impl)
-        except WorkloadFailed as e:
-            hint = ('run this script with the project\'s venv '
-                    '(.venv/bin/python benchmarks/run.py, after pip '
-                    "install -e '.[test,bench]')" if impl == 'ours' else
-                    f'delete {refenv.VENV} and run again')
-            raise SystemExit(f'{LABELS[impl]}: cannot import the expected '
-                             f'relstorage: {hint}\n{e}')
-        log(f'{LABELS[impl]}: relstorage {probes[impl]["relstorage"]} from '
-            f'{probes[impl]["relstorage_file"]} '
-            f'({probes[impl]["executable"]})')
-    databases = {b: database_for(b, args) for b in args.backends}
-    servers = {b: d.server_version() for b, d in databases.items()}
-    env = environment(probes, servers)
+    probes = prepare(IMPLS, WORKLOAD, log)
+    databases = {b: backends.database_for(b, args) for b in args.backends}
+    env = environment.environment(
+        {b: d.server_version() for b, d in databases.items()}, probes)
     settings = {k: getattr(args, k) for k in (
         'backends', 'modes', 'others', 'objects', 'quick', 'repeat',
         'extra_repeat', 'hot_repeat', 'latency_commits', 'threads',
@@ -658,13 +395,10 @@ def main(argv=None):
     results, floors = {}, {}
     for backend, database in databases.items():
         for mode in args.modes:
-            sides = []
-            for impl in IMPLS:
-                flags = (['--patch-mariadb']
-                         if backend == 'mysql' and impl == 'ref' else [])
-                sides.append(Side(
-                    impl, lambda impl=impl, mode=mode, database=database:
-                    backends.fresh_relstorage(database, impl, mode), flags))
+            sides = [Contender(
+                impl, backend, lambda impl=impl, mode=mode, database=database:
+                backends.fresh_relstorage(database, impl, mode))
+                for impl in IMPLS]
             where = f'{TITLES[backend]} {MODES[mode][0]}'
             results.setdefault(backend, {})[mode] = measure(sides, where,
                                                             args)
@@ -680,128 +414,45 @@ def main(argv=None):
             log(f'  FAILED: floor on {backend}:\n{e}')
     others = None
     if args.others:
-        env_ = refenv.clean_env()
         makers = {
             'filestorage': lambda: backends.fresh_filestorage(
                 'bench-filestorage'),
-            'zeo': lambda: backends.fresh_zeo('bench-zeo', env_),
+            'zeo': lambda: backends.fresh_zeo('bench-zeo', clean_env()),
         }
-        sides = [Side(o, makers[o], processes=(o == 'zeo'))
+        sides = [Contender(o, None, makers[o], processes=(o == 'zeo'))
                  for o in args.others]
         others = measure(sides, 'FileStorage and ZEO', args)
     if not args.keep_data:
         backends.remove_data()
 
-    text, checks = make_report(args, env, results, floors, others)
+    floor_figures = {b: summarize_floor(f) for b, f in floors.items()
+                     if 'phases' in f}
+    text, checks = run_report.make_report(args, env, results, floors,
+                                          floor_figures, others)
     print(text)
     patched = [cell['ref']['info'].get('mariadb_patch')
                for cell in results.get('mysql', {}).values()
                if 'info' in cell['ref']]
-    document = {
+    write_results(args.json, {
         'environment': env, 'settings': settings,
         'results': results, 'others': others, 'floors': floors,
-        'reference_patch': ({'backend': 'mysql',
-                             'description': mariadb_patch.DESCRIPTION,
-                             'patched': patched[0] if patched else None}
-                            if 'mysql' in args.backends else None),
+        'reference_patch': (reference_patch(
+            patched=patched[0] if patched else None)
+            if 'mysql' in args.backends else None),
         'summary': {b: {m: {impl: results[b][m][impl].get('metrics')
                             for impl in IMPLS}
                         for m in args.modes}
                     for b in args.backends},
         'others_summary': ({o: others[o].get('metrics') for o in args.others}
                            if others else {}),
-        'floor_summary': {b: summarize_floor(f) for b, f in floors.items()
-                          if 'phases' in f},
+        'floor_summary': floor_figures,
         'checks': checks,
-        'report': text}
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1) + '\n')
-    log(f'results written to {path}')
+        'report': text})
     # A failed phase of ours (a check that raised) fails the run; targets
     # missed and failures of the other implementations do not.
     failed = any(results[b][m]['ours']['errors'] for b in args.backends
                  for m in args.modes)
     return 1 if failed else 0
-
-
-def make_report(args, env, results, floors, others):
-    env['load_average_end'] = [round(x, 2) for x in os.getloadavg()]
-    lines = ['', 'Environment', '===========', '',
-             report.describe_environment(env),
-             f"load average    {env['load_average_end']} at the end", '']
-    loads = [env['load_average'][0], env['load_average_end'][0]] + [
-        value for b in results.values() for cell in b.values()
-        for value in cell['load_average']]
-    # The run keeps about two processes busy (a workload and a database
-    # server); more than that means other work shared the machine.
-    if max(loads) > (os.cpu_count() or 1) + 1:
-        lines += [f'WARNING: the load average reached {max(loads):.2f} on '
-                  f'{os.cpu_count()} CPUs: other work shared the machine, '
-                  f'and the figures are less reliable.', '']
-    if 'mysql' in args.backends:
-        lines += [f'NOTE: {mariadb_patch.DESCRIPTION}', '']
-    lines += [
-        f'{args.objects} objects; write figures: median of {args.repeat} '
-        f'runs on fresh databases; cold and warm read: best of '
-        f'{args.repeat} fresh processes; hot read: best of '
-        f'{args.repeat * args.hot_repeat}; prefetch and single loads: '
-        f'best of {args.extra_repeat} fresh processes; '
-        f'{args.latency_commits} small commits; {args.processes} processes '
-        f'x {args.mp_objects // max(args.processes, 1)} objects; SQLite '
-        f'synchronous: {args.sqlite_synchronous}; cache-local-mb: '
-        + ('each side\'s default' if args.cache_local_mb is None
-           else f'{args.cache_local_mb:g} on both sides') + '.',
-        'ratio = how many times faster ours is than RS 4.3 (> 1.0: ours is '
-        'faster); target = the ratio wanted (and for single loads on the '
-        'server databases, at most 1.5 times the floor\'s time); x/floor '
-        '= how many times the bare driver\'s time it takes.', '']
-    checks = []
-    note = {'conflicts': f'{args.threads} threads x {args.conflict_commits}'}
-    for backend in args.backends:
-        floor = floors.get(backend, {})
-        low = summarize_floor(floor) if 'phases' in floor else {}
-        for mode in args.modes:
-            cell = results[backend][mode]
-            label, keep = MODES[mode]
-            title = (f'{TITLES[backend]}, {label} (keep-history '
-                     f'{"true" if keep else "false"})')
-            metrics = {impl: cell[impl].get('metrics', {}) for impl in IMPLS}
-            table, found = report.backend_table(
-                backend, f'{TITLES[backend]} {mode}', title, metrics, low,
-                args.processes, note)
-            checks += found
-            lines += table + [load_line(cell)] + conflict_notes(cell) + ['']
-        if 'phases' in floor:
-            extra = ''
-            text = floor['phases'].get('select_text')
-            if text:
-                extra += (f'; SELECT prepared (as plain text: '
-                          f'{text["rate"]:,.0f} rows/s)')
-            copy = floor['phases'].get('copy_all')
-            if copy:
-                extra += f'; one COPY of all rows: {copy["rate"]:,.0f} rows/s'
-            lines += [f'floor on {TITLES[backend]}: {floor["driver"]}, rows '
-                      f'of {floor["row_size"]} bytes{extra}.', '']
-        elif floor:
-            lines += [f'floor on {TITLES[backend]} FAILED: '
-                      f'{floor["error"]}', '']
-    if others:
-        ours_by_run = {
-            f'{b} {m}': results[b][m]['ours'].get('metrics', {})
-            for b in args.backends for m in args.modes}
-        lines += report.others_table(
-            {o: others[o].get('metrics', {}) for o in args.others},
-            ours_by_run, args.processes)
-        lines += [load_line(others)] + conflict_notes(others)
-        for impl in args.others:
-            runs = others[impl]['prefetch']
-            if runs and not runs[-1]['phases']['prefetch']['storage_prefetch']:
-                lines.append(f'{LABELS[impl]} has no storage.prefetch: its '
-                             f'prefetch figure is the same reads without it.')
-        lines.append('')
-    lines += report.summary(checks)
-    return '\n'.join(lines), checks
 
 
 if __name__ == '__main__':

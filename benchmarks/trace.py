@@ -281,10 +281,11 @@ def traced(args):
 
 
 def main():
-    import backends
-    import refenv
-    import run
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from harness import backends
+    from harness.cli import Parser
+    from harness.sides import Side
+    from harness.venvs import clean_env, reference
+    parser = Parser(__doc__.splitlines()[0])
     parser.add_argument('--impl', choices=('ours', 'ref'), default='ours')
     parser.add_argument('--backend', choices=backends.BACKENDS,
                         default='postgresql')
@@ -293,34 +294,26 @@ def main():
     parser.add_argument('--objects', type=int, default=2000)
     parser.add_argument('--commits', type=int, default=100)
     parser.add_argument('--profile', action='store_true')
-    parser.add_argument('--pg-dsn',
-                        default='host=127.0.0.1 port=5432 user=root')
-    parser.add_argument('--mysql-host', default='127.0.0.1')
-    parser.add_argument('--mysql-port', type=int, default=3306)
-    parser.add_argument('--mysql-user', default='root')
-    parser.add_argument('--mysql-passwd', default='')
-    parser.add_argument('--sqlite-synchronous', default='default')
+    parser.servers()
     # Set when this script re-runs itself under the chosen interpreter.
     parser.add_argument('--zconfig', help=argparse.SUPPRESS)
     parser.add_argument('--expect-under', help=argparse.SUPPRESS)
     parser.add_argument('--patch-mariadb', action='store_true',
                         help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse()
     if args.zconfig:
         return traced(args)
     if args.impl == 'ref':
-        refenv.ensure()
-    database = run.database_for(args.backend, args)
+        reference()
+    database = backends.database_for(args.backend, args)
     store = backends.fresh_relstorage(database, f'trace_{args.impl}',
                                       args.mode)
-    side = run.Side(args.impl, None)
-    extra = ['--patch-mariadb'] if (args.impl == 'ref' and
-                                    args.backend == 'mysql') else []
+    side = Side(args.impl, args.backend)
     try:
         subprocess.run(
             [side.python, '-I', __file__] + sys.argv[1:] +
             ['--zconfig', store.zconfig, '--expect-under', str(side.home)]
-            + extra, env=refenv.clean_env(), check=True)
+            + side.flags, env=clean_env(), check=True)
     finally:
         store.close()
 

@@ -1,12 +1,16 @@
-"""The tables run.py prints: the figures, their ratios, and whether each
-meets the project's target.
+"""run.py's report: the figures it reports, their ratios, the project's
+targets and whether each is met, the table per backend and mode, the table
+of FileStorage and ZEO, and the notes under them.
 
 Everything here is computed from the measurements passed in; nothing is
 decided in advance.  compare.py uses the same names and formatting.
 """
+from harness import environment
+from harness.backends import MODES, TITLES
+from harness.report import heading, patch_note, render, target_lines, title
+from harness.sides import IMPLS, LABELS
 
-LABELS = {'ours': 'ours', 'ref': 'RS 4.3', 'floor': 'floor',
-          'filestorage': 'FileStorage', 'zeo': 'ZEO'}
+OTHERS = ('filestorage', 'zeo')
 
 #: (key, label, kind): kind 'rate' is objects per second and 'commits'
 #: commits per second (higher is better), 'latency' is milliseconds (lower
@@ -98,50 +102,6 @@ def label_of(label, processes):
     return label.format(n=processes)
 
 
-def render(header, rows, right_from=2):
-    widths = [max(len(str(row[i])) for row in rows + [header])
-              for i in range(len(header))]
-
-    def line(row):
-        cells = [str(c).ljust(w) for c, w in
-                 zip(row[:right_from], widths[:right_from])]
-        cells += [str(c).rjust(w) for c, w in
-                  zip(row[right_from:], widths[right_from:])]
-        return '  '.join(cells).rstrip()
-    rule = '  '.join('=' * w for w in widths)
-    return [rule, line(header), rule] + [line(r) for r in rows] + [rule]
-
-
-def title(text):
-    return [text, '-' * len(text), '']
-
-
-def target_lines(checks, value_text, target_text):
-    """The "Targets" section: how many of ``checks`` were met, then a line
-    each (``ok``, ``MISS``, or ``n/a`` where ``ok`` is None: not
-    measured), with ``value_text(check)`` and ``target_text(check)``.  A
-    missed check with a true ``tie`` is marked ``tie`` (its ``spread``
-    said) and counted apart, still as missed."""
-    measured = [c for c in checks if c['ok'] is not None]
-    met = [c for c in measured if c['ok']]
-    ties = [c for c in measured if not c['ok'] and c.get('tie')]
-    lines = title('Targets')
-    lines.append(f'{len(met)} of {len(measured)} targets met'
-                 + (f' ({len(checks) - len(measured)} not measured: a side '
-                    f'failed).' if len(measured) < len(checks) else '.')
-                 + (f' {len(ties)} of the missed are ties: short of the '
-                    f'target by less than the spread of the runs of one '
-                    f'side.' if ties else ''))
-    for c in checks:
-        mark = {True: 'ok  ', False: 'MISS', None: 'n/a '}[c['ok']]
-        extra = ''
-        if c['ok'] is False and c.get('tie'):
-            mark, extra = 'tie ', f' (runs spread +/-{c["spread"]:.2f})'
-        lines.append(f'{mark}  {c["where"]}: {c["label"]}: '
-                     f'{value_text(c)}, target {target_text(c)}{extra}')
-    return lines
-
-
 def backend_table(backend, where, title_text, metrics, floor, processes,
                   notes):
     """The table of one backend and history mode; returns its lines and
@@ -218,51 +178,125 @@ def others_table(others, ours_by_run, processes):
 
 
 def summary(checks):
-    """Which targets are met, computed from the checks of every table."""
-    total = len(checks)
-    missed = [c for c in checks if not c['ok']]
-    lines = title('Targets')
-    if not total:
-        return lines + ['no comparison was measured']
-    lines.append(f'{total - len(missed)} of {total} targets met.')
-    for c in missed:
-        value = '-' if c['value'] is None else f'{c["value"]:.2f}'
-        if c['against'] == 'floor':
-            need = f'ours/floor {value}x, target <= {c["target"]:.1f}x'
-        else:
-            need = f'ratio {value}, target >= {c["target"]:.1f}'
-        lines.append(f'MISS  {c["where"]}: {c["label"]}: {need}')
-    return lines
+    """Which targets are met, computed from the checks of every table: the
+    count, then every miss."""
+    def value(c):
+        v = '-' if c['value'] is None else f'{c["value"]:.2f}'
+        return f'ours/floor {v}x' if c['against'] == 'floor' else f'ratio {v}'
+
+    def wanted(c):
+        return (f'<= {c["target"]:.1f}x' if c['against'] == 'floor'
+                else f'>= {c["target"]:.1f}')
+    return target_lines(checks, value, wanted, missed_only=True)
 
 
-def describe_environment(env):
-    lines = [
-        f"date            {env['date']}",
-        f"machine         {env['cpus']} CPUs ({env['cpu']}), "
-        f"{env['platform']}",
-    ]
-    for key, name in (('postgresql_server', 'PostgreSQL'),
-                      ('mysql_server', 'MariaDB'),
-                      ('sqlite_library', 'SQLite')):
-        if key in env:
-            lines.append(f'{name:<15} {env[key]}')
-    for impl in ('ours', 'ref'):
-        info = env.get(impl)
-        if not info:
+def conflict_notes(cell):
+    """Lines under a table: the failed phases of each side, and what the
+    conflict phase resolved and retried."""
+    out = []
+    for impl in IMPLS + OTHERS:
+        entry = cell.get(impl)
+        if not entry:
             continue
-        name = 'ours' if impl == 'ours' else 'RelStorage 4.3'
-        psycopg2 = info.get('psycopg2-binary') or info.get('psycopg2')
-        lines.append(f"{name:<15} relstorage {info['relstorage']} from "
-                     f"{info['relstorage_file']}")
-        lines.append(
-            f"{'':<15} Python {info['python']}, ZODB {info.get('ZODB')}, "
-            f"persistent {info.get('persistent')}, BTrees "
-            f"{info.get('BTrees')}, psycopg2 {psycopg2}, mysqlclient "
-            f"{info.get('mysqlclient')}, SQLite {info.get('sqlite')}")
-    if env.get('ours', {}).get('ZEO'):
-        lines.append(f"{'ZEO':<15} ZEO {env['ours']['ZEO']} (server and "
-                     f"client in the project's venv), FileStorage from ZODB "
-                     f"{env['ours'].get('ZODB')}")
-    lines.append(f"ours at         git {env['git']}")
-    lines.append(f"load average    {env['load_average']} at the start")
-    return '\n'.join(lines)
+        for phase, error in entry.get('errors', {}).items():
+            out.append(f'{LABELS[impl]} FAILED in {phase}: '
+                       + error.strip().splitlines()[-1])
+        runs = [w['phases']['conflicts'] for w in entry['writes']
+                if 'conflicts' in w['phases']]
+        broken = [r for r in runs if 'error' in r]
+        if broken:
+            out.append(f'{LABELS[impl]}: conflicting commits FAILED in '
+                       f'{len(broken)} of {len(runs)} runs: '
+                       f'{broken[0]["error"]}')
+        done = [r for r in runs if 'error' not in r]
+        if done:
+            retries = {}
+            for r in done:
+                for kind, n in r['retries'].items():
+                    retries[kind] = retries.get(kind, 0) + n
+            resolved = sum(r['resolved'] or 0 for r in done)
+            shown = ', '.join(f'{k} {v / len(done):.0f}'
+                              for k, v in sorted(retries.items()))
+            out.append(f'{LABELS[impl]}: conflicting commits, per run: '
+                       f'{resolved / len(done):.0f} objects resolved at '
+                       f'vote; retries: {shown or "none"}')
+    return out
+
+
+def load_line(cell):
+    first, last = cell['load_average']
+    return (f'load average (1 min) {first:.2f} before these runs, '
+            f'{last:.2f} after')
+
+
+def make_report(args, env, results, floors, floor_figures, others):
+    """The whole report, and the checks of every table."""
+    environment.finish(env)
+    lines = heading(env)
+    loads = [env['load_average'][0], env['load_average_end'][0]] + [
+        value for b in results.values() for cell in b.values()
+        for value in cell['load_average']]
+    lines += environment.load_warning(loads)
+    if 'mysql' in args.backends:
+        lines += patch_note()
+    lines += [
+        f'{args.objects} objects; write figures: median of {args.repeat} '
+        f'runs on fresh databases; cold and warm read: best of '
+        f'{args.repeat} fresh processes; hot read: best of '
+        f'{args.repeat * args.hot_repeat}; prefetch and single loads: '
+        f'best of {args.extra_repeat} fresh processes; '
+        f'{args.latency_commits} small commits; {args.processes} processes '
+        f'x {args.mp_objects // max(args.processes, 1)} objects; SQLite '
+        f'synchronous: {args.sqlite_synchronous}; cache-local-mb: '
+        + ('each side\'s default' if args.cache_local_mb is None
+           else f'{args.cache_local_mb:g} on both sides') + '.',
+        'ratio = how many times faster ours is than RS 4.3 (> 1.0: ours is '
+        'faster); target = the ratio wanted (and for single loads on the '
+        'server databases, at most 1.5 times the floor\'s time); x/floor '
+        '= how many times the bare driver\'s time it takes.', '']
+    checks = []
+    note = {'conflicts': f'{args.threads} threads x {args.conflict_commits}'}
+    for backend in args.backends:
+        floor = floors.get(backend, {})
+        low = floor_figures.get(backend, {})
+        for mode in args.modes:
+            cell = results[backend][mode]
+            label, keep = MODES[mode]
+            title_text = (f'{TITLES[backend]}, {label} (keep-history '
+                          f'{"true" if keep else "false"})')
+            metrics = {impl: cell[impl].get('metrics', {}) for impl in IMPLS}
+            table, found = backend_table(
+                backend, f'{TITLES[backend]} {mode}', title_text, metrics,
+                low, args.processes, note)
+            checks += found
+            lines += table + [load_line(cell)] + conflict_notes(cell) + ['']
+        if 'phases' in floor:
+            extra = ''
+            text = floor['phases'].get('select_text')
+            if text:
+                extra += (f'; SELECT prepared (as plain text: '
+                          f'{text["rate"]:,.0f} rows/s)')
+            copy = floor['phases'].get('copy_all')
+            if copy:
+                extra += f'; one COPY of all rows: {copy["rate"]:,.0f} rows/s'
+            lines += [f'floor on {TITLES[backend]}: {floor["driver"]}, rows '
+                      f'of {floor["row_size"]} bytes{extra}.', '']
+        elif floor:
+            lines += [f'floor on {TITLES[backend]} FAILED: '
+                      f'{floor["error"]}', '']
+    if others:
+        ours_by_run = {
+            f'{b} {m}': results[b][m]['ours'].get('metrics', {})
+            for b in args.backends for m in args.modes}
+        lines += others_table(
+            {o: others[o].get('metrics', {}) for o in args.others},
+            ours_by_run, args.processes)
+        lines += [load_line(others)] + conflict_notes(others)
+        for impl in args.others:
+            runs = others[impl]['prefetch']
+            if runs and not runs[-1]['phases']['prefetch']['storage_prefetch']:
+                lines.append(f'{LABELS[impl]} has no storage.prefetch: its '
+                             f'prefetch figure is the same reads without it.')
+        lines.append('')
+    lines += summary(checks)
+    return '\n'.join(lines), checks
