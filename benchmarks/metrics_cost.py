@@ -9,40 +9,49 @@ counts: one ``loads`` increment each), polls, and small commits (one
 object each: the increments of tpc_vote, tpc_finish and the commit's
 bookkeeping), then the counting alone: the same increments on the
 storage's own ``Counters`` object (and ``Counters.committed`` on a
-transaction of the size committed), repeated as often.  It prints each
-path's time per operation, the counting's, and the share.  The counting
+transaction of the size committed), repeated as often.  It prints the
+environment and, per path, its time per operation, the counting's, and
+the share, and writes them to ``benchmarks/results/metrics_cost.json``
+(``--json``).  The counting
 is the only work metrics add to these paths (``Metrics.totals`` runs only
 when asked).
 """
-import argparse
 import shutil
-import statistics
+import sqlite3
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / 'src'))
+from harness import SRC
+from harness.cli import Parser
+from harness.environment import environment, finish
+from harness.figures import best
+from harness.report import heading, render, show, write_results
+
+sys.path.insert(0, str(SRC))
 
 perf = time.perf_counter
 
 
-def best(repeat, function):
+def timed(repeat, function):
+    """The best of ``repeat`` runs of ``function``, in seconds."""
     times = []
     for _ in range(repeat):
         started = perf()
         function()
         times.append(perf() - started)
-    return min(times), statistics.median(times)
+    return best(times, lowest=True)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(__doc__.splitlines()[0])
     parser.add_argument('--objects', type=int, default=20000)
     parser.add_argument('--commits', type=int, default=300)
-    parser.add_argument('--repeat', type=int, default=5)
-    args = parser.parse_args(argv)
+    parser.repeat(5, help='runs of each path; the best is shown (default '
+                  '5)')
+    parser.results('metrics_cost.json', keep_data=False)
+    args = parser.parse(argv)
+    env = environment({'sqlite': sqlite3.sqlite_version})
 
     import transaction
     import ZODB
@@ -120,16 +129,27 @@ def main(argv=None):
                 ('poll (nothing changed)', polls, count_polls, 1000),
                 ('small commit (one object)', commits, count_commits,
                  args.commits)):
-            work_best, _ = best(args.repeat, work)
-            count_best, _ = best(args.repeat, count)
-            rows.append((label, work_best / per, count_best / per))
+            rows.append((label, timed(args.repeat, work) / per,
+                         timed(args.repeat, count) / per))
         db.close()
-        print(f'{"path":<30} {"per op":>12} {"counting":>10} {"share":>8}')
-        for label, op, counting in rows:
-            print(f'{label:<30} {op * 1e6:>9.2f} us {counting * 1e9:>7.0f} ns '
-                  f'{counting / op * 100:>7.2f}%')
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+    lines = heading(finish(env)) + [
+        f'SQLite, history-free, {args.objects} objects, {args.commits} '
+        f'commits; best of {args.repeat} runs.', ''] + render(
+        ('path', 'per op', 'counting', 'share'),
+        [(label, f'{op * 1e6:.2f} us', f'{counting * 1e9:.0f} ns',
+          f'{counting / op * 100:.2f} %') for label, op, counting in rows],
+        right_from=1)
+    show(lines)
+    write_results(args.json, {
+        'environment': env,
+        'settings': {'objects': args.objects, 'commits': args.commits,
+                     'repeat': args.repeat},
+        'results': {label: {'seconds_per_op': op,
+                            'counting_seconds_per_op': counting}
+                    for label, op, counting in rows},
+        'report': '\n'.join(lines)})
     return 0
 
 
