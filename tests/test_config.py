@@ -329,3 +329,31 @@ def test_the_driver_choice_shared_by_every_adapter():
                       'install one')
     assert str(e.value).startswith(
         'driver: auto found no Some driver; install one (first: No module')
+
+
+@pytest.mark.mysql
+def test_pymysql_makes_its_default_tls_context_once(monkeypatch):
+    """PyMySQL builds a default TLS context (loading the system's CA
+    certificates, ~25 ms) for every connection unless told otherwise;
+    relstorage makes it once per process, however many storages open."""
+    pymysql = pytest.importorskip('pymysql')
+    from backends import MySQLBackend
+    made = []
+    original = pymysql.connections.Connection._create_ssl_ctx
+
+    def counting(self, sslp):
+        made.append(sslp)
+        return original(self, sslp)
+
+    monkeypatch.setattr(pymysql.connections.Connection, '_create_ssl_ctx',
+                        counting)
+    backend = MySQLBackend('PyMySQL')
+    try:
+        database = backend.new_database()
+        for _ in range(3):
+            backend.open(database).close()
+    finally:
+        backend.cleanup()
+    # At most the first connection of the process made one (an earlier
+    # test may have made it already).
+    assert len(made) <= 1

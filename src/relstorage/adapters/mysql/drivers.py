@@ -5,6 +5,8 @@ connect call, the exception classes and the server error number.
 ``select_driver`` fails at start-up, naming the package to install, when a
 named driver is missing.
 """
+import functools
+
 from relstorage.adapters import drivers
 
 
@@ -53,14 +55,18 @@ class PyMySQLDriver:
             **params)
 
 
+@functools.lru_cache(maxsize=None)
 def _connection_class(pymysql):
-    """PyMySQL's Connection, sharing one default TLS context.
+    """PyMySQL's Connection, sharing one default TLS context in the
+    process.
 
     With no ssl options PyMySQL prefers TLS and builds a fresh default
     SSLContext for every connection, which loads the system's CA
     certificates each time (23 ms of a 30 ms connect, measured here with
     cProfile).  The default context is the same every time, so it is made
-    once.  Explicit ssl options still get a context of their own.
+    once per process (the class, and with it the context, is made once:
+    every adapter opened has a driver of its own).  Explicit ssl options
+    still get a context of their own.
     """
     base = pymysql.connections.Connection
     if not hasattr(base, '_create_ssl_ctx'):
