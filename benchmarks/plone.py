@@ -234,9 +234,11 @@ def measure(side, backend, mode, database, args):
                                         'zope.conf').read_text(),
              'load_average': [load_average()[0]]}
     try:
-        for step in STEPS:
+        for step in steps_of(args):
             extra = (['--after-edit', '--all-images'] if step == 'verify'
                      else [])
+            if args.storage_times and step != 'verify':
+                extra.append('--storage-times')
             if args.profile and step != 'verify':
                 PROFILES.mkdir(parents=True, exist_ok=True)
                 extra += ['--profile', str(
@@ -255,8 +257,10 @@ def measure(side, backend, mode, database, args):
             if step != 'verify':
                 warm = (f', warm {result["warm_seconds"]:.2f} s'
                         if 'warm_seconds' in result else '')
+                inside = (f' (storage {result["storage_times"]["total"]:.2f}'
+                          f' s)' if 'storage_times' in result else '')
                 log(f'  {LABELS[side]:<11} {step:<8} '
-                    f'{result["seconds"]:8.2f} s{warm}')
+                    f'{result["seconds"]:8.2f} s{warm}{inside}')
         entry['verified'] = 'verify' in entry['steps']
         entry['load_average'].append(load_average()[0])
     finally:
@@ -267,6 +271,14 @@ def measure(side, backend, mode, database, args):
         else:
             instance.remove()
     return entry
+
+
+def steps_of(args):
+    """The steps to run: all of them, or up to ``--until`` (then without
+    the final check, which expects every step's work)."""
+    if args.until is None:
+        return STEPS
+    return STEPS[:STEPS.index(args.until) + 1]
 
 
 def figures(entry):
@@ -311,7 +323,10 @@ def cell_table(backend, mode, cell, fs, args):
     header = ('step', 'ours s', 'RS 4.3 s', 'ours/4.3', 'FileStorage s',
               'ours/FS', 'verdict')
     rows, checks = [], []
+    ran = steps_of(args)
     for key, label in FIGURES:
+        if key.partition('_')[0] not in ran:
+            continue
         o = ours.get(key) if ours is not None else None
         r = ref.get(key) if ref is not None else None
         f = fs.get(key) if fs is not None else None
@@ -401,6 +416,14 @@ def parse_args(argv):
     parser.add_argument('--timeout', type=float, default=3600,
                         help='seconds one step may take (default 3600)')
     parser.servers()
+    parser.add_argument('--until', choices=STEPS[:-1],
+                        help='run the steps up to this one only (and not '
+                        'the final check of everything the steps made)')
+    parser.add_argument('--storage-times', action='store_true',
+                        help="time the storage's calls within each step "
+                        '(store, vote, finish, loads...): the per-method '
+                        'seconds go to the results document, their sum to '
+                        'the log')
     parser.add_argument('--profile', action='store_true',
                         help='cProfile every step (then the times are not '
                         'comparable) and keep the data in '
@@ -439,34 +462,37 @@ def main(argv=None):
            if args.sqlite_synchronous != 'default' else ''), '']
     show(lines)
 
-    fs_runs = fs = None
-    if 'filestorage' in args.sides:
-        log('FileStorage')
-        fs_runs = [measure('filestorage', None, None, None, args)
-                   for _ in range(args.repeat)]
-        fs_load = [f'FileStorage: {x}' for x in load_line([fs_runs])]
-        show(fs_load, lines)
-        lines += ['']
-        fs = median_figures(fs_runs)
+    # FileStorage takes its turns in every backend and mode, beside the
+    # relstorages it is compared with, rather than once before them: the
+    # machine's state drifts over a run of an hour.
+    fs_runs = None
     results, checks, turns = {}, [], Turns()
-    relsides = [s for s in ('ours', 'rs43') if s in args.sides]
+    sides = [s for s in ('ours', 'rs43', 'filestorage') if s in args.sides]
     for backend, database in databases.items():
         for mode in args.modes:
             log(f'{TITLES[backend]} {MODES[mode][0]}')
-            cell = {side: [] for side in relsides}
-            for _, side in turns.rounds(relsides, args.repeat):
-                cell[side].append(measure(side, backend, mode, database,
-                                          args))
+            cell = {side: [] for side in sides}
+            for _, side in turns.rounds(sides, args.repeat):
+                if side == 'filestorage':
+                    cell[side].append(measure(side, None, None, None, args))
+                else:
+                    cell[side].append(measure(side, backend, mode, database,
+                                              args))
             results.setdefault(backend, {})[mode] = cell
             good = {side: median_figures(runs)
                     for side, runs in cell.items()}
-            text, found = cell_table(backend, mode, good, fs, args)
+            text, found = cell_table(backend, mode, good,
+                                     good.get('filestorage'), args)
             text += load_line(cell.values())
             checks += found
             show([''] + text)
             lines += text + ['']
-    if fs is not None and not databases:
-        text, _ = cell_table('sqlite', 'hp', {}, fs, args)
+    if 'filestorage' in args.sides and not databases:
+        log('FileStorage')
+        fs_runs = [measure('filestorage', None, None, None, args)
+                   for _ in range(args.repeat)]
+        text, _ = cell_table('sqlite', 'hp', {}, median_figures(fs_runs),
+                             args)
         text[:2] = title('FileStorage alone')[:2]
         show([''] + text)
         lines += text + ['']
@@ -485,7 +511,7 @@ def main(argv=None):
         'requirements': REQUIREMENTS.read_text(),
         'constraints': CONSTRAINTS.read_text(),
         'filestorage': fs_runs, 'results': results,
-        'summary': {'filestorage': fs, **{
+        'summary': {'filestorage': fs_runs and median_figures(fs_runs), **{
             b: {m: {side: median_figures(runs) or {}
                     for side, runs in cell.items()}
                 for m, cell in modes.items()}

@@ -520,6 +520,72 @@ def load_sibling(name):
     return module
 
 
+class StorageTimes:
+    """Wall time spent inside the storage's methods during a step, per
+    method: what the step's time owes to the storage (and, beside it,
+    what it owes to the application).  The methods are wrapped on the
+    classes of the storage ZODB opened (and of the instances it hands each
+    Connection), so every connection's calls count; a call made inside
+    another timed call is counted once, in the outer one."""
+
+    METHODS = ('load', 'loadBefore', 'loadSerial', 'prefetch', 'store',
+               'storeBlob', 'new_oid', 'tpc_begin', 'tpc_vote', 'tpc_finish',
+               'tpc_abort', 'poll_invalidations', 'sync', 'afterCompletion',
+               'loadBlob', 'openCommittedBlobFile', 'pack')
+
+    def __init__(self, instance):
+        import threading
+        self.totals = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()     # calls under way, per thread
+        storage = instance.Zope2.DB.storage
+        classes = {type(storage)}
+        if hasattr(storage, 'new_instance'):
+            other = storage.new_instance()
+            classes.add(type(other))
+            other.release()
+        else:
+            # FileStorage: ZODB wraps it in an MVCC adapter per Connection.
+            from ZODB import mvccadapter
+            classes.add(mvccadapter.MVCCAdapterInstance)
+        for cls in classes:
+            for name in self.METHODS:
+                if hasattr(cls, name):
+                    setattr(cls, name, self._timed(name, getattr(cls, name)))
+        # ZODB's MVCC adapter copies some of FileStorage's bound methods
+        # (new_oid, tpc_vote...) onto each instance it makes: the one of
+        # the connection already open kept the unwrapped ones.
+        opened = instance.app._p_jar._storage
+        for name in self.METHODS:
+            if name in vars(opened):
+                setattr(opened, name, self._timed(name, vars(opened)[name]))
+
+    def _timed(self, name, method):
+        local = self._local
+
+        def timed(*args, **kwargs):
+            if getattr(local, 'inside', False):
+                return method(*args, **kwargs)
+            local.inside = True
+            started = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                local.inside = False
+                elapsed = time.perf_counter() - started
+                with self._lock:
+                    calls, seconds = self.totals.get(name, (0, 0.0))
+                    self.totals[name] = (calls + 1, seconds + elapsed)
+        return timed
+
+    def taken(self):
+        """``{method: [calls, seconds]}``, and ``total`` seconds."""
+        out = {name: [calls, round(seconds, 6)]
+               for name, (calls, seconds) in sorted(self.totals.items())}
+        out['total'] = round(sum(s for _, s in self.totals.values()), 6)
+        return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument('step', choices=['probe'] + list(STEPS))
@@ -536,6 +602,9 @@ def main(argv=None):
     parser.add_argument('--profile', metavar='FILE',
                         help="cProfile the step (its times are then not "
                         "comparable) and write pstats' data to FILE")
+    parser.add_argument('--storage-times', action='store_true',
+                        help='time the calls of the storage (store, vote, '
+                        'finish, loads) within the step')
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)
     if args.step == 'probe':
@@ -553,10 +622,13 @@ def main(argv=None):
         if args.profile:
             import cProfile
             instance.profiler = cProfile.Profile()
+        times = StorageTimes(instance) if args.storage_times else None
         try:
             if instance.profiler is not None and args.step != 'render':
                 instance.profiler.enable()
             result.update(STEPS[args.step](instance, args))
+            if times is not None:
+                result['storage_times'] = times.taken()
         finally:
             if instance.profiler is not None:
                 instance.profiler.disable()
