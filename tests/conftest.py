@@ -18,6 +18,40 @@ def pytest_configure(config):
             'markers', f'{marker}: the test runs against {marker}')
 
 
+#: The second driver of a database: the two drivers share everything above
+#: the adapter's drivers.py, so ZODB's conformance suites run in full with
+#: the first and as a driver-focused subset with the second
+#: (``second_driver_repeats``).  Every other test runs with both.
+SECOND_DRIVERS = {'postgresql-psycopg', 'mysql-pymysql'}
+
+
+def second_driver_repeats(item):
+    """Whether ``item`` is a conformance test that would only repeat, with
+    a database's second driver, what the first driver's run covers: the
+    history-free mixins (their SQL differs from the history-preserving
+    ones', the driver calls do not: the history-preserving mixins and
+    every other module exercise those), ZODB's multi-client race tests
+    (MVCC semantics above the adapter) and blobs kept in a shared
+    directory (the database never sees their data)."""
+    params = getattr(getattr(item, 'callspec', None), 'params', {})
+    if params.get('backend') not in SECOND_DRIVERS:
+        return False
+    module = item.module.__name__
+    if module == 'test_conformance':
+        return (item.originalname == 'test_history_free'
+                or params.get('name', '').startswith('test_race'))
+    if module == 'test_blob_conformance':
+        return params.get('blob_mode') == 'shared'
+    return False
+
+
+def pytest_collection_modifyitems(config, items):
+    repeats = [item for item in items if second_driver_repeats(item)]
+    if repeats:
+        config.hook.pytest_deselected(items=repeats)
+        items[:] = [item for item in items if not second_driver_repeats(item)]
+
+
 @pytest.fixture(params=[
     pytest.param(name, marks=getattr(pytest.mark, MARKERS[name]))
     for name in BACKENDS
