@@ -9,11 +9,11 @@ import ZConfig
 import ZODB.config
 
 from backends import query
-from relstorage.errors import ConfigurationError
-from relstorage.errors import SchemaError
 from relstorage.config.options import IGNORED
 from relstorage.config.options import Options
 from relstorage.config.options import section_keys
+from relstorage.errors import ConfigurationError
+from relstorage.errors import SchemaError
 
 
 def _open(text):

@@ -10,11 +10,11 @@ from collections import deque
 
 import pytest
 
+from relstorage.cache.file import read_file
 from relstorage.cache.local import ENTRY_OVERHEAD
 from relstorage.cache.local import LocalCache
 from relstorage.cache.local import NullCache
 from relstorage.cache.local import make_cache
-from relstorage.cache.file import read_file
 
 BIG = 1 << 30
 

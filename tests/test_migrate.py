@@ -24,8 +24,8 @@ from ZODB.utils import u64
 
 import relstorage.adapters.schema
 from relstorage import migrations
-from relstorage.errors import SchemaError
 from relstorage.config.options import Options
+from relstorage.errors import SchemaError
 
 MIGRATE = os.path.join(os.path.dirname(sys.executable), 'relstorage-migrate')
 LATEST = migrations.LATEST

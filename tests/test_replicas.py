@@ -23,12 +23,12 @@ from ZODB.POSException import ReadConflictError
 import tally
 
 from relstorage.config import replicas as replicas_module
-from relstorage.errors import ConfigurationError
-from relstorage.errors import DisconnectedError
 from relstorage.config.options import Options
 from relstorage.config.replicas import ReplicaList
 from relstorage.config.replicas import parse_server
 from relstorage.config.replicas import read_servers
+from relstorage.errors import ConfigurationError
+from relstorage.errors import DisconnectedError
 from relstorage.storage import RelStorage
 
 #: A port nothing listens on: connections are refused at once.

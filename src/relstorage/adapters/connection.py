@@ -4,8 +4,8 @@ import contextlib
 import functools
 import time
 
-from relstorage.errors import DisconnectedError
 from relstorage.config.replicas import server_text
+from relstorage.errors import DisconnectedError
 
 
 class ConnectionManager:

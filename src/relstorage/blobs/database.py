@@ -22,13 +22,13 @@ from ZODB.blob import set_not_writable
 from ZODB.POSException import StorageError
 from ZODB.utils import tid_repr
 
-from relstorage.blobs.base import MAKE_DIR_ATTEMPTS
+from relstorage.blobs import cache
 from relstorage.blobs.base import BlobDirectory
+from relstorage.blobs.base import MAKE_DIR_ATTEMPTS
 from relstorage.blobs.base import PendingBlobs
 from relstorage.blobs.base import missing_blob
 from relstorage.blobs.base import remove_quietly
 from relstorage.blobs.base import unique_name
-from relstorage.blobs import cache
 
 log = logging.getLogger(__name__)
 

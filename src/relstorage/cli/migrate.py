@@ -25,7 +25,6 @@ import sys
 from ZODB.POSException import StorageError
 
 from relstorage import migrations
-from relstorage.migrations import mode_name
 from relstorage.adapters.schema import SCHEMA_VERSION
 from relstorage.cli import BAD_INPUT
 from relstorage.cli import FAILED
@@ -35,6 +34,7 @@ from relstorage.cli import load_or_report
 from relstorage.cli import relstorage_adapter
 from relstorage.cli import setup_logging
 from relstorage.cli import storage_name
+from relstorage.migrations import mode_name
 
 PROGRAM = 'relstorage-migrate'
 

@@ -16,7 +16,6 @@ import sys
 import time
 
 from relstorage.adapters.pack import PackRun
-from relstorage.migrations import mode_name
 from relstorage.cli import BAD_INPUT
 from relstorage.cli import FAILED
 from relstorage.cli import OK
@@ -25,6 +24,7 @@ from relstorage.cli import load_or_report
 from relstorage.cli import relstorage_adapter
 from relstorage.cli import setup_logging
 from relstorage.cli import storage_name
+from relstorage.migrations import mode_name
 from relstorage.tids import tid_time
 
 PROGRAM = 'relstorage-stats'

@@ -37,20 +37,20 @@ import time
 from ZODB.POSException import StorageError
 
 from relstorage.cli import BAD_INPUT
+from relstorage.cli import BadInput
 from relstorage.cli import FAILED
 from relstorage.cli import OK
-from relstorage.cli import command_parser
 from relstorage.cli import STOPPED
-from relstorage.cli import BadInput
 from relstorage.cli import TerminalProgress
+from relstorage.cli import command_parser
 from relstorage.cli import find_relstorage
 from relstorage.cli import load_named_storages
 from relstorage.cli import setup_logging
 from relstorage.cli import stop_on_ctrl_c
 from relstorage.cli import storage_name
+from relstorage.copy.compare import describe_tid
 from relstorage.copy.convert import Plan
 from relstorage.copy.convert import copy
-from relstorage.copy.compare import describe_tid
 from relstorage.copy.convert import has_data
 from relstorage.copy.convert import keeps_history
 from relstorage.copy.verify import verify

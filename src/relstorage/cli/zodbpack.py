@@ -25,9 +25,9 @@ from ZODB.serialize import referencesf
 from relstorage.cli import BAD_INPUT
 from relstorage.cli import FAILED
 from relstorage.cli import OK
-from relstorage.cli import command_parser
 from relstorage.cli import STOPPED
 from relstorage.cli import TerminalProgress
+from relstorage.cli import command_parser
 from relstorage.cli import find_relstorage
 from relstorage.cli import load_or_report
 from relstorage.cli import setup_logging

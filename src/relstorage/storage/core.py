@@ -34,32 +34,32 @@ from ZODB.utils import p64
 from ZODB.utils import tid_repr
 from ZODB.utils import z64
 
-from relstorage.storage import undo as _undo
 from relstorage import metrics
-from relstorage.cache import persistent as persistentcache
 from relstorage.blobs import make_blobs
 from relstorage.blobs.api import BlobMethods
-from relstorage.storage.bulkcopy import BulkCopyMethods
-from relstorage.cache.recent import RecentStates
+from relstorage.cache import persistent as persistentcache
 from relstorage.cache.local import LocalCache
 from relstorage.cache.local import entry_state
 from relstorage.cache.local import make_cache
+from relstorage.cache.readahead import Families
+from relstorage.cache.recent import RecentStates
+from relstorage.config.options import Options
+from relstorage.config.options import ignored
 from relstorage.errors import CommitLockTimeoutError
 from relstorage.errors import CommitOutcomeUnknownError
 from relstorage.errors import DisconnectedError
-from relstorage.storage.iteration import TransactionIterator
 from relstorage.metrics import Metrics
+from relstorage.storage import undo as _undo
+from relstorage.storage.bulkcopy import BulkCopyMethods
+from relstorage.storage.commit import PendingTransaction
+from relstorage.storage.iteration import TransactionIterator
 from relstorage.storage.oidpool import OIDPool
-from relstorage.cache.readahead import Families
-from relstorage.config.options import Options
-from relstorage.config.options import ignored
 from relstorage.storage.outcome import settle_lost_finish
 from relstorage.storage.reconnect import retry_if_disconnected
 from relstorage.storage.snapshot import SnapshotMethods
-from relstorage.tids import id_to_int
-from relstorage.storage.commit import PendingTransaction
 from relstorage.storage.undo import UndoMethods
 from relstorage.storage.undo import transaction_info
+from relstorage.tids import id_to_int
 
 # The storage's logger keeps its name (log filters and handlers name it).
 log = logging.getLogger('relstorage.storage')

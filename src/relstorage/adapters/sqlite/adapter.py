@@ -9,8 +9,8 @@ import os
 from relstorage.adapters.adapter import Adapter
 from relstorage.adapters.interfaces import IAdapter
 from relstorage.adapters.interfaces import ICapabilities
-from relstorage.errors import ConfigurationError
 from relstorage.config.options import convert_section
+from relstorage.errors import ConfigurationError
 from zope.interface import implementer
 
 from . import history

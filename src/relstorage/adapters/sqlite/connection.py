@@ -4,10 +4,10 @@ import re
 
 from relstorage.adapters.connection import ConnectionManager
 from relstorage.adapters.interfaces import IConnectionManager
+from relstorage.config.options import _byte_size
 from relstorage.errors import CommitLockTimeoutError
 from relstorage.errors import ConfigurationError
 from relstorage.errors import DatabaseFullError
-from relstorage.config.options import _byte_size
 from zope.interface import implementer
 
 #: The name of the database file inside data-dir.
