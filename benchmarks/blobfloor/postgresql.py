@@ -149,14 +149,30 @@ def pg_copy_out_sql(table, blob_id):
             ' TO STDOUT WITH (FORMAT binary)' % (table, int(blob_id)))
 
 
-class Psycopg2Methods:
+class _Methods:
+    """What both drivers do alike: a connection, and one INSERT per chunk
+    into a chunk table."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def write_insert(self, table):
+        sql = pg_insert_sql(table)
+
+        def write(blob_id, f, chunk_size):
+            cur = self.conn.cursor()
+            for num, data in enumerate(file_chunks(f, chunk_size)):
+                cur.execute(sql, (blob_id, num, data))
+            self.conn.commit()
+            return blob_id
+        return write
+
+
+class Psycopg2Methods(_Methods):
     """psycopg2: parameters are interpolated client-side (bytea as a hex
     literal) and results arrive as text (bytea hex-decoded by the driver)."""
 
     driver = 'psycopg2'
-
-    def __init__(self, conn):
-        self.conn = conn
 
     # -- large objects --
     def write_lo_put(self, blob_id, f, chunk_size):
@@ -198,17 +214,6 @@ class Psycopg2Methods:
         self.conn.commit()
 
     # -- chunk table --
-    def write_insert(self, table):
-        sql = pg_insert_sql(table)
-
-        def write(blob_id, f, chunk_size):
-            cur = self.conn.cursor()
-            for num, data in enumerate(file_chunks(f, chunk_size)):
-                cur.execute(sql, (blob_id, num, data))
-            self.conn.commit()
-            return blob_id
-        return write
-
     def write_copy(self, table):
         sql = pg_copy_in_sql(table)
 
@@ -241,14 +246,11 @@ class Psycopg2Methods:
         return read
 
 
-class Psycopg3Methods:
+class Psycopg3Methods(_Methods):
     """psycopg 3: server-side parameters (bytes sent binary); results as
     text unless ``binary=True``."""
 
     driver = 'psycopg3'
-
-    def __init__(self, conn):
-        self.conn = conn
 
     # -- large objects --
     def write_lo_put(self, blob_id, f, chunk_size):
@@ -272,17 +274,6 @@ class Psycopg3Methods:
         self.conn.commit()
 
     # -- chunk table --
-    def write_insert(self, table):
-        sql = pg_insert_sql(table)
-
-        def write(blob_id, f, chunk_size):
-            cur = self.conn.cursor()
-            for num, data in enumerate(file_chunks(f, chunk_size)):
-                cur.execute(sql, (blob_id, num, data))
-            self.conn.commit()
-            return blob_id
-        return write
-
     def write_copy(self, table):
         sql = pg_copy_in_sql(table)
 
