@@ -45,11 +45,24 @@ def second_driver_repeats(item):
     return False
 
 
+#: The modules that take longest (seconds of test time, measured with
+#: --durations), run first: with one process per CPU and a module to a
+#: process, a long module left for last runs alone at the end.
+LONGEST_FIRST = ('test_conformance', 'test_blobs', 'test_blob_conformance',
+                 'test_zodbconvert', 'test_pack', 'test_processes',
+                 'test_storage', 'test_zodbpack', 'test_galera', 'test_cache',
+                 'test_migrate', 'test_sync_standby')
+
+
 def pytest_collection_modifyitems(config, items):
     repeats = [item for item in items if second_driver_repeats(item)]
     if repeats:
         config.hook.pytest_deselected(items=repeats)
         items[:] = [item for item in items if not second_driver_repeats(item)]
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    # A stable sort: the tests of a module keep their order.
+    items.sort(key=lambda item: rank.get(item.module.__name__,
+                                         len(LONGEST_FIRST)))
 
 
 @pytest.fixture(params=[
