@@ -1,0 +1,191 @@
+"""A loopback TCP relay between a client and a database server that counts
+round trips and can add latency, for what a real network costs.
+
+This machine's kernel has no netem, so the relay stands in for the network:
+the client connects to the relay's port instead of the server's, and the
+relay copies bytes both ways.  It counts, for all its connections:
+
+- **round trips**: a client send that follows a server reply (or that opens
+  the conversation): each is a wait the client would pay on a network;
+- **messages** each way (one read of the socket, however many protocol
+  messages it holds) and **bytes** each way.
+
+With ``rtt`` (milliseconds), every chunk is held back half of it in each
+direction before it is passed on, in order, so a round trip costs ``rtt``
+more.  Threads, not an event loop: asyncio's timers wake in whole
+milliseconds (epoll), which would turn a 0.2 ms delay into 1 ms, where
+``time.sleep`` keeps to tens of microseconds.  A benchmark puts a relay in
+front of a server for a phase and reads the counts before and after
+(``snapshot``); ``python benchmarks/relay.py`` runs one on its own.
+"""
+import collections
+import socket
+import threading
+import time
+
+#: Bytes read from a socket at once.
+CHUNK = 1 << 16
+
+
+class Counts:
+    """What crossed the relay: round trips, messages and bytes each way,
+    connections opened.  ``a - b`` gives what happened in between."""
+
+    FIELDS = ('round_trips', 'client_messages', 'server_messages',
+              'client_bytes', 'server_bytes', 'connections')
+
+    def __init__(self, **values):
+        for name in self.FIELDS:
+            setattr(self, name, values.get(name, 0))
+
+    def __sub__(self, other):
+        return Counts(**{name: getattr(self, name) - getattr(other, name)
+                         for name in self.FIELDS})
+
+    def as_dict(self):
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    def __repr__(self):
+        return 'Counts(%s)' % ', '.join(
+            f'{name}={getattr(self, name)}' for name in self.FIELDS)
+
+
+class Relay:
+    """Relays ``127.0.0.1:port`` (0: a free port, see ``port`` once
+    started) to ``target`` (host, port), adding ``rtt`` milliseconds to
+    every round trip."""
+
+    def __init__(self, target, rtt=0.0, port=0):
+        self.target = target
+        self.delay = rtt / 2000.0       # seconds, each way
+        self.port = port
+        self._counts = Counts()
+        self._lock = threading.Lock()
+        self._listener = None
+        self._sockets = []
+        self._threads = []
+        self._stopping = False
+
+    def start(self):
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(('127.0.0.1', self.port))
+        listener.listen(64)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        self._spawn(self._accept)
+        return self
+
+    def stop(self):
+        self._stopping = True
+        for sock in [self._listener] + self._sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+        for thread in self._threads:
+            thread.join(10)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc_info):
+        self.stop()
+
+    def snapshot(self):
+        """The counts so far (a copy)."""
+        with self._lock:
+            return Counts(**self._counts.as_dict())
+
+    def _spawn(self, target, *args):
+        thread = threading.Thread(target=target, args=args, daemon=True,
+                                  name='relay')
+        self._threads.append(thread)
+        thread.start()
+
+    def _accept(self):
+        while not self._stopping:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            for sock in (client, server):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sockets += [client, server]
+            with self._lock:
+                self._counts.connections += 1
+            # Who spoke last on this connection: a client send after a
+            # server reply (or first) starts a round trip.
+            last = ['server']
+            self._spawn(self._pipe, client, server, 'client', last)
+            self._spawn(self._pipe, server, client, 'server', last)
+
+    def _pipe(self, source, sink, side, last):
+        """Copy ``side``'s bytes to the other end; with a delay, through a
+        queue that a second thread empties in order, each chunk when due."""
+        queue = collections.deque()
+        ready = threading.Condition()
+        if self.delay:
+            self._spawn(self._deliver, sink, queue, ready)
+        try:
+            while True:
+                data = source.recv(CHUNK)
+                if not data:
+                    break
+                with self._lock:
+                    counts = self._counts
+                    if side == 'client':
+                        counts.client_messages += 1
+                        counts.client_bytes += len(data)
+                        if last[0] == 'server':
+                            counts.round_trips += 1
+                    else:
+                        counts.server_messages += 1
+                        counts.server_bytes += len(data)
+                    last[0] = side
+                if not self.delay:
+                    sink.sendall(data)
+                    continue
+                with ready:
+                    queue.append((time.monotonic() + self.delay, data))
+                    ready.notify()
+        except OSError:
+            pass
+        finally:
+            if self.delay:
+                with ready:
+                    queue.append((0.0, None))
+                    ready.notify()
+            else:
+                _close_writing(sink)
+
+    @staticmethod
+    def _deliver(sink, queue, ready):
+        try:
+            while True:
+                with ready:
+                    while not queue:
+                        ready.wait()
+                    due, data = queue.popleft()
+                if data is None:
+                    break
+                pause = due - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                sink.sendall(data)
+        except OSError:
+            pass
+        _close_writing(sink)
+
+
+def _close_writing(sock):
+    try:
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
