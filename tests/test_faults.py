@@ -94,7 +94,11 @@ def _held_outcome(storage, oids, held, new_oid, values):
     if not created:
         for oid in held:
             assert raw_value(storage, oid) == values[oid]
-    descriptions = [t.description for t in storage.iterator()]
+    # The loads above read the storage's snapshot; the iterator reads the
+    # latest, so bound it by the snapshot, or a commit the server finishes
+    # between the two would look torn.
+    descriptions = [t.description
+                    for t in storage.iterator(None, storage.lastTransaction())]
     if storage.supportsUndo():
         assert (workers.HOLD_DESCRIPTION.encode() in descriptions) == created
     return created
