@@ -171,7 +171,7 @@ def test_killed_while_finishing(open_db, open_storage, config_file, spawn,
         locker = open_storage(commit_lock_timeout=VICTIM_LOCK_WAIT)
         t = TransactionMetaData()
         locker.tpc_begin(t)
-        locker._adapter.locker.hold_commit_lock(locker._store_cursor)
+        locker._adapter.locker.hold_commit_lock(locker._txn.cursor)
     child.send('finish')
     child.expect('committing' if single_lock else 'finishing')
     time.sleep(0.5)

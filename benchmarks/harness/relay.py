@@ -53,10 +53,16 @@ class Counts:
 class Relay:
     """Relays ``127.0.0.1:port`` (0: a free port, see ``port`` once
     started) to ``target`` (host, port), adding ``rtt`` milliseconds to
-    every round trip."""
+    every round trip.  With ``trace``, the first bytes of every client
+    message that starts a round trip go to ``self.trace`` (what the client
+    waited for: read it to see which statements cost a round trip)."""
 
-    def __init__(self, target, rtt=0.0, port=0):
+    #: Bytes of a client message kept by ``trace``.
+    TRACE_BYTES = 160
+
+    def __init__(self, target, rtt=0.0, port=0, trace=False):
         self.target = target
+        self.trace = [] if trace else None
         self.delay = rtt / 2000.0       # seconds, each way
         self.port = port
         self._counts = Counts()
@@ -145,6 +151,8 @@ class Relay:
                         counts.client_bytes += len(data)
                         if last[0] == 'server':
                             counts.round_trips += 1
+                            if self.trace is not None:
+                                self.trace.append(data[:self.TRACE_BYTES])
                     else:
                         counts.server_messages += 1
                         counts.server_bytes += len(data)

@@ -133,6 +133,40 @@ class ConnectionManager:
     def _in_transaction(self, conn):
         raise NotImplementedError
 
+    def is_gone(self, error):
+        """Whether the driver ``error`` says the connection is gone (what
+        ``translate`` turns into DisconnectedError)."""
+        try:
+            with self.translate():
+                raise error
+        except DisconnectedError:
+            return True
+        except Exception:
+            return False
+
+    def store_begin_statements(self, conn, cursor):
+        """The statements that start a commit's transaction on the store
+        connection ``conn`` (what ``begin_store`` runs), for the commit's
+        first statement to carry (``BeginningCursor``); None where the
+        transaction must start at once (SQLite, whose BEGIN takes the
+        database's write lock)."""
+        return None
+
+    def execute_after(self, cursor, statements, sql, params=None):
+        """``statements`` (without results), then ``sql`` with ``params``,
+        in one round trip where the driver allows; the cursor then holds
+        ``sql``'s results.  By default one after the other."""
+        for statement in statements:
+            cursor.execute(statement)
+        cursor.execute(sql, params)
+
+    def begin_deferred(self, cursor, statements):
+        """Run ``statements`` alone: what ``store_begin_statements`` gave,
+        when the commit's first use of its cursor cannot carry them."""
+        for statement in statements:
+            cursor.execute(statement)
+
+
     def rollback(self, conn, cursor):
         try:
             if self._in_transaction(conn):
@@ -186,3 +220,71 @@ class ConnectionManager:
 def _first_line(error):
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+class BeginningCursor:
+    """The store cursor of a commit whose transaction has not started on
+    the server yet.  The first ``execute`` sends the statements that start
+    it in the same round trip (``connmanager.execute_after``); any other
+    first use (COPY, ``executemany``...) sends them alone before it.  On a
+    network this saves the round trip of ``tpc_begin``: in a small commit
+    the row locks of the vote are the first statement.
+
+    ``begun`` says whether the transaction has started; nothing needs to
+    roll back one that has not.  When the connection turns out to be gone
+    at that first statement, the server knows nothing of the commit yet:
+    ``reopen()`` gives a new cursor and its statements, and the statement
+    is sent once more (as a commit that began at tpc_begin reconnected
+    there)."""
+
+    def __init__(self, connmanager, cursor, statements, reopen=None):
+        self._connmanager = connmanager
+        self._cursor = cursor
+        self._begin = list(statements)
+        self._reopen = reopen
+
+    def _first(self, send):
+        """``send(cursor, statements)``, once more on a new connection if
+        the first turns out to be gone."""
+        begin, self._begin = self._begin, None
+        cm = self._connmanager
+        try:
+            return send(self._cursor, begin)
+        except cm.driver.Error as e:
+            if self._reopen is None or not cm.is_gone(e):
+                raise
+        self._cursor, begin = self._reopen()
+        return send(self._cursor, begin)
+
+    @property
+    def begun(self):
+        return self._begin is None
+
+    @property
+    def raw(self):
+        """The driver's cursor, its transaction started."""
+        self._send_begin()
+        return self._cursor
+
+    def _send_begin(self):
+        if self._begin is not None:
+            self._first(self._connmanager.begin_deferred)
+
+    def execute(self, sql, params=None, **options):
+        if self._begin is None:
+            return self._cursor.execute(sql, params, **options)
+        if options:
+            # Driver options (psycopg's prepare): not through execute_after.
+            self._send_begin()
+            return self._cursor.execute(sql, params, **options)
+        return self._first(lambda cursor, begin: (
+            self._connmanager.execute_after(cursor, begin, sql, params)))
+
+    def __getattr__(self, name):
+        # Everything but execute is the driver cursor's, once begun.
+        self._send_begin()
+        return getattr(self._cursor, name)
+
+    def __iter__(self):
+        self._send_begin()
+        return iter(self._cursor)

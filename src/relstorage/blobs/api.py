@@ -102,7 +102,7 @@ class BlobMethods:
                             return read(cursor)
                 finally:
                     if started:
-                        self._end_snapshot()
+                        self._leave_snapshot()
         conn, cursor = cm.open_load()
         try:
             with cm.translate(what):

@@ -35,6 +35,7 @@ from ZODB.utils import tid_repr
 from ZODB.utils import z64
 
 from relstorage import metrics
+from relstorage.adapters.connection import BeginningCursor
 from relstorage.blobs import make_blobs
 from relstorage.blobs.api import BlobMethods
 from relstorage.cache import persistent as persistentcache
@@ -226,6 +227,19 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
         self._drop_store_connection()
         self._writer_cursor()
         return self._store_conn, self._store_cursor
+
+    def _reopen_unbegun(self):
+        """A new store connection for a commit whose first statement found
+        the connection gone (nothing of it reached the server):
+        ``(cursor, statements that start its transaction)``."""
+        log.info('%s: the database dropped the connection; reconnecting',
+                 self._name)
+        conn, cursor = self._reopen_store()
+        if self._txn is not None:
+            self._txn.conn = conn
+        self._adapter.mover.clear_temp(cursor)
+        return cursor, self._adapter.connmanager.store_begin_statements(
+            conn, cursor)
 
     def _writer_cursor(self):
         """The cursor of the committing connection.  Outside a commit it
@@ -576,8 +590,14 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
             # Before the transaction starts: emptying may end one (MySQL's
             # TRUNCATE).
             self._adapter.mover.clear_temp(cursor)
-            self._adapter.connmanager.begin_store(self._store_conn, cursor)
-            return cursor
+            cm = self._adapter.connmanager
+            statements = cm.store_begin_statements(self._store_conn, cursor)
+            if statements is None:
+                cm.begin_store(self._store_conn, cursor)
+                return cursor
+            # Sent with the commit's first statement: a round trip less.
+            return BeginningCursor(cm, cursor, statements,
+                                   self._reopen_unbegun)
 
         return retry_if_disconnected(
             self._adapter.connmanager, 'starting a commit', begin,
@@ -647,10 +667,10 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
             if txn.voted:
                 return txn.resolved
             # The transaction reads nothing more from its snapshot; ending
-            # it now lets the database reclaim what only this snapshot still
-            # saw (SQLite can reset its WAL, PostgreSQL can vacuum) while
-            # the commit proceeds.
-            self._end_snapshot()
+            # it lets the database reclaim what only this snapshot still
+            # saw (SQLite can reset its WAL, PostgreSQL can vacuum).  Its
+            # ROLLBACK goes with the next poll (relstorage.storage.idle).
+            self._leave_snapshot()
             try:
                 with self._adapter.connmanager.translate():
                     return txn.vote(self)
@@ -708,7 +728,7 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
                     f(tid_bytes)
             finally:
                 self._txn = None
-                self._end_snapshot()
+                self._leave_snapshot()
                 self._commit_done.notify_all()
             return tid_bytes
 
@@ -735,7 +755,7 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
                 self._batch_from = None
         finally:
             self._txn = None
-            self._end_snapshot()
+            self._leave_snapshot()
             self._commit_done.notify_all()
 
     def tpc_transaction(self):

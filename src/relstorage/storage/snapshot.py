@@ -17,6 +17,7 @@ from ZODB import POSException
 from ZODB.utils import p64
 from ZODB.utils import tid_repr
 
+from relstorage.storage import idle
 from relstorage.storage.reconnect import retry_if_disconnected
 
 # The storage's logger: these messages kept their name when the code
@@ -100,6 +101,34 @@ class SnapshotMethods:
             self._rollback_due = False
             self._adapter.connmanager.rollback(
                 self._load_conn, self._load_cursor)
+
+    def _leave_snapshot(self):
+        """End the snapshot without waiting for its ROLLBACK: the next
+        snapshot's start carries it, or the idle thread sends it
+        (relstorage.storage.idle)."""
+        self._end_snapshot(now=False)
+        if self._rollback_due:
+            idle.ender.due(self)
+
+    def _end_idle_snapshot(self):
+        """Called by the idle thread: send the ROLLBACK if it is still due,
+        unless the instance is busy (its next statement carries it)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if (self._rollback_due and self._snapshot_tid is None
+                    and self._load_conn is not None and not self._closed):
+                self._end_snapshot()
+        except Exception as e:
+            # Whatever went wrong (the database dropped the connection), the
+            # next snapshot starts on a new one.
+            log.debug('%s: ending an idle snapshot failed: %s', self._name, e)
+            try:
+                self._drop_load_connection()
+            except Exception:
+                self._load_conn = self._load_cursor = None
+        finally:
+            self._lock.release()
 
     def _drop_load_connection(self):
         self._snapshot_tid = None
@@ -189,6 +218,7 @@ class SnapshotMethods:
 
     def afterCompletion(self):
         # End the read transaction so that no database session sits idle
-        # inside one while the application does something else.
+        # inside one while the application does something else: without
+        # waiting, for ZODB usually polls right after (relstorage.storage.idle).
         with self._lock:
-            self._end_snapshot()
+            self._leave_snapshot()

@@ -244,16 +244,33 @@ class MySQLConnectionManager(ConnectionManager):
         # transaction.  The mover's clear_temp leaves it to this batch.
         # Without ``conn`` (a restore batch that goes on after committing
         # its part, or a write session) what is staged stays.
-        clear = f'{CLEAR_TEMP_STORE}; ' if conn is not None else ''
+        run_batch(cursor, '; '.join(self._begin_statements(conn, cursor)))
+
+    def _begin_statements(self, conn, cursor):
+        """The statements of ``begin_store``, one by one (the constants
+        hold no semicolon but their separators)."""
+        clear = [CLEAR_TEMP_STORE] if conn is not None else []
         conn = cursor.connection
         if conn not in self._staging:
-            run_batch(cursor, f'{clear}SET TRANSACTION ISOLATION LEVEL '
-                              f'READ COMMITTED; START TRANSACTION')
-            return
+            return clear + ['SET TRANSACTION ISOLATION LEVEL READ COMMITTED',
+                            'START TRANSACTION']
         # The guard (see the module's docstring).
         begin = MARKER_BEGIN if self._marker() else SAVEPOINT_BEGIN
-        run_batch(cursor, f'{clear}{begin}')
         self._guarded.add(conn)
+        return clear + begin.split('; ')
+
+    def store_begin_statements(self, conn, cursor):
+        return self._begin_statements(conn, cursor)
+
+    def execute_after(self, cursor, statements, sql, params=None):
+        # One multi-statement query; the cursor steps over the results of
+        # ``statements`` (none has rows) to ``sql``'s.
+        cursor.execute('; '.join([*statements, sql]), params)
+        for _ in statements:
+            cursor.nextset()
+
+    def begin_deferred(self, cursor, statements):
+        run_batch(cursor, '; '.join(statements))
 
     def _marker(self):
         return self.galera if self.marker_guard is None else \

@@ -128,6 +128,13 @@ class PostgreSQLConnectionManager(ConnectionManager):
             'BEGIN ISOLATION LEVEL READ COMMITTED; '
             f'SET LOCAL lock_timeout = {self._lock_timeout_ms()}')
 
+    def store_begin_statements(self, conn, cursor):
+        return ['BEGIN ISOLATION LEVEL READ COMMITTED',
+                f'SET LOCAL lock_timeout = {self._lock_timeout_ms()}']
+
+    def execute_after(self, cursor, statements, sql, params=None):
+        self.driver.execute_after(cursor, statements, sql, params)
+
     def begin_write(self, cursor, what):
         self.begin_store(None, cursor)
 

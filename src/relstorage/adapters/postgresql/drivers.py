@@ -246,8 +246,14 @@ class Psycopg2Driver:
     def execute_prepared_after(self, cursor, first, statement, params):
         """``first`` (statements without parameters or results), then
         ``statement``, in one round trip: psycopg2 binds on the client and
-        sends both as one query; the cursor holds the second's rows."""
+        sends both as one query.  Returns the second's rows."""
         cursor.execute(f'{first}; {statement.execute_sql}', params)
+        return cursor.fetchall()
+
+    def execute_after(self, cursor, statements, sql, params):
+        """``statements`` (no parameters, no rows), then ``sql``: one
+        query, one round trip; the cursor holds ``sql``'s rows."""
+        cursor.execute('; '.join([*statements, sql]), params)
 
     def call_and_commit(self, cursor, call, params):
         """``call`` (a SELECT of one value) and COMMIT in one round trip:
@@ -330,18 +336,37 @@ class PsycopgDriver:
     def execute_prepared(self, cursor, statement, params):
         cursor.execute(statement.text, params, prepare=True)
 
+    def _last_result(self, cursor, query, params):
+        """Run ``query`` (several statements) in one round trip and return
+        the last statement's rows.  The cursor's server-side binding takes
+        one statement per query, so this goes through a client-binding
+        cursor of the same connection (psycopg's ClientCursor: the simple
+        query protocol, as psycopg2 always uses), which saves the round
+        trip each further statement would cost."""
+        with self.module.ClientCursor(cursor.connection) as client:
+            client.execute(query, params)
+            while client.nextset():
+                pass
+            return client.fetchall()
+
     def execute_prepared_after(self, cursor, first, statement, params):
-        # Server-side binding: one statement per query, two round trips.
-        cursor.execute(first)
-        self.execute_prepared(cursor, statement, params)
+        return self._last_result(cursor, f'{first}; {statement.text}', params)
+
+    def execute_after(self, cursor, statements, sql, params):
+        # One statement per query with server-side binding, but a pipeline
+        # sends them all before reading any result: one round trip.  An
+        # error in any of them is raised when the pipeline ends.
+        with cursor.connection.pipeline():
+            for statement in statements:
+                cursor.execute(statement)
+            cursor.execute(sql, params)
 
     def call_and_commit(self, cursor, call, params):
-        # psycopg 3 binds on the server, one statement per query: two
-        # round trips.
-        cursor.execute(call, params)
-        value = cursor.fetchone()[0]
-        cursor.execute('COMMIT')
-        return value
+        rows = self._last_result(
+            cursor, f"SELECT set_config('relstorage.result', ({call})::text, "
+            f"false); COMMIT; SELECT current_setting('relstorage.result')",
+            params)
+        return int(rows[0][0])
 
     def copy_in(self, cursor, table, columns, rows):
         with cursor.copy(

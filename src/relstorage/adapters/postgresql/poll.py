@@ -41,10 +41,9 @@ class _PostgreSQLPoller(Poller):
                        end_previous=False):
         first = f'ROLLBACK; {SNAPSHOT_BEGIN}' if end_previous else (
             SNAPSHOT_BEGIN)
-        self.driver.execute_prepared_after(
+        return split_poll(self.driver.execute_prepared_after(
             cursor, first, self._poll,
-            (NO_CHANGES if after_tid is None else after_tid,))
-        return split_poll(cursor.fetchall())
+            (NO_CHANGES if after_tid is None else after_tid,)))
 
 
 class HistoryPreservingPoller(_PostgreSQLPoller):

@@ -1,0 +1,74 @@
+"""Ending the read snapshots that nothing else will end soon.
+
+Ending a snapshot costs a ROLLBACK, and on a network every statement the
+application waits for costs a round trip.  So the end of a transaction
+(``afterCompletion``), its vote and its abort do not send the ROLLBACK:
+they leave it due, and it travels in the round trip of the next snapshot's
+start.  In ZODB's usual mode (implicit transactions) that start follows at
+once: ``afterCompletion`` is followed by a poll.
+
+When nothing follows (explicit transactions, a thread that goes quiet
+after a commit), the database session would stay idle inside its
+transaction, holding back what PostgreSQL's VACUUM and InnoDB's purge may
+remove.  One daemon thread per process ends such snapshots ``IDLE_END``
+seconds after they were left: it sends the due ROLLBACK itself, unless the
+storage instance is busy at that moment (then the instance's own next
+statement carries it).  The thread waits on a condition while nothing is
+due, and keeps only weak references to the instances.
+"""
+import threading
+import time
+import weakref
+
+#: Seconds a snapshot left with its ROLLBACK due may stay open before the
+#: thread ends it.
+IDLE_END = 0.1
+
+
+class _Ender:
+
+    def __init__(self):
+        self._ready = threading.Condition(threading.Lock())
+        self._due = {}      # id(instance) -> (deadline, weakref)
+        self._thread = None
+
+    def due(self, instance, delay=None):
+        """End ``instance``'s snapshot ``delay`` seconds from now (default
+        ``IDLE_END``) if its ROLLBACK is still due then: the instance's
+        ``_end_idle_snapshot``."""
+        deadline = time.monotonic() + (IDLE_END if delay is None else delay)
+        with self._ready:
+            self._due[id(instance)] = (deadline, weakref.ref(instance))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name='relstorage-idle-snapshots',
+                    daemon=True)
+                self._thread.start()
+            self._ready.notify()
+
+    def pending(self):
+        """How many instances the thread will look at (for tests)."""
+        with self._ready:
+            return len(self._due)
+
+    def _run(self):
+        while True:
+            with self._ready:
+                while not self._due:
+                    self._ready.wait()
+                now = time.monotonic()
+                soonest = min(deadline for deadline, _ in self._due.values())
+                if soonest > now:
+                    self._ready.wait(soonest - now)
+                    continue
+                ready = [key for key, (deadline, _) in self._due.items()
+                         if deadline <= now]
+                refs = [self._due.pop(key)[1] for key in ready]
+            for ref in refs:
+                instance = ref()
+                if instance is not None:
+                    instance._end_idle_snapshot()
+
+
+#: The process's one ender.
+ender = _Ender()

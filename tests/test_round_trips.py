@@ -1,0 +1,164 @@
+"""Round trips per operation, counted by the benchmarks' relay
+(benchmarks/harness/relay.py) between the storage and the server, on every
+server backend and driver.  On a network each round trip costs the
+network's latency, so a change that adds one fails here, not in a
+benchmark.  docs/architecture.rst ("Round trips") has the table these
+numbers come from, with RelStorage 4.3's and the floor.
+"""
+import importlib.util
+import os
+import time
+
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+
+from relstorage.storage import RelStorage
+from relstorage.storage import idle
+
+_RELAY = os.path.join(os.path.dirname(__file__), '..', 'benchmarks',
+                      'harness', 'relay.py')
+
+#: Round trips of each operation, as counted (and the floor the protocol
+#: allows, where ours is above it: see docs/architecture.rst).
+EXPECTED = {
+    'load of an object no cache holds': 1,
+    'prefetch of 100 objects': 1,
+    'transaction begun and aborted, nothing changed': 2,
+    'the same, explicit transactions': 1,
+    'one-object commit, its polls included': 4,
+}
+
+
+def _relay_module():
+    spec = importlib.util.spec_from_file_location('bench_relay', _RELAY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def relayed(backend, database, keep_history):
+    """``(relay, open())``: ``open()`` opens a storage on the test's
+    database whose every connection goes through the relay."""
+    if not hasattr(backend, 'server'):
+        pytest.skip(f'{backend.name} is embedded: no round trips')
+    relay = _relay_module().Relay(backend.server()).start()
+    opened = []
+
+    def open_():
+        if backend.marker == 'postgresql':
+            adapter = backend.adapter(
+                f'{database} host=127.0.0.1 port={relay.port}')
+        else:
+            adapter = backend.adapter(database, port=relay.port)
+        storage = RelStorage(adapter, keep_history=keep_history)
+        opened.append(storage)
+        return storage
+
+    yield relay, open_
+    for storage in opened:
+        storage.close()
+    relay.stop()
+
+
+def _count(relay, operation, times=5):
+    """Round trips of one ``operation()``, the mean of ``times`` after a
+    first one that warms up."""
+    operation()
+    before = relay.snapshot()
+    for _ in range(times):
+        operation()
+    done = relay.snapshot() - before
+    assert done.connections == 0, 'a connection was opened on the way'
+    return done.round_trips / times
+
+
+def test_round_trips(relayed):
+    relay, open_ = relayed
+    db = ZODB.DB(open_())
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        root = conn.root()
+        for i in range(120):
+            root[f'k{i}'] = PersistentMapping(v=i)
+        tm.commit()
+        oids = [root[f'k{i}']._p_oid for i in range(120)]
+        counted = {}
+
+        def empty():
+            tm.begin()
+            root._p_activate()
+            tm.abort()
+        counted['transaction begun and aborted, nothing changed'] = _count(
+            relay, empty)
+
+        def one_object():
+            tm.begin()
+            root['k0']['v'] += 1
+            tm.commit()
+        counted['one-object commit, its polls included'] = _count(
+            relay, one_object)
+
+        explicit_tm = transaction.TransactionManager(explicit=True)
+        explicit = db.open(explicit_tm)
+
+        def explicit_cycle():
+            explicit_tm.begin()
+            explicit.root()._p_activate()
+            explicit_tm.abort()
+        counted['the same, explicit transactions'] = _count(
+            relay, explicit_cycle)
+
+        # Loads and prefetches on an instance of its own, its caches empty.
+        instance = db.storage.new_instance()
+        instance.poll_invalidations()
+        misses = iter(oids[:6])
+
+        def load():
+            instance._cache.clear()
+            instance.load(next(misses))
+        counted['load of an object no cache holds'] = _count(relay, load)
+        batches = iter([oids[:100], oids[1:101], oids[2:102], oids[3:103],
+                        oids[4:104], oids[5:105]])
+
+        def prefetch():
+            instance._cache.clear()
+            instance.prefetch(next(batches))
+        counted['prefetch of 100 objects'] = _count(relay, prefetch)
+        instance.release()
+        explicit.close()
+        conn.close()
+    finally:
+        db.close()
+    assert counted == EXPECTED
+
+
+def test_an_idle_snapshot_ends_without_the_application(relayed, backend):
+    """The end of a transaction does not wait for its ROLLBACK; when no
+    poll follows to carry it (explicit transactions), the idle thread
+    sends it: no session stays inside a transaction while the application
+    is idle."""
+    relay, open_ = relayed
+    storage = open_()
+    storage.poll_invalidations()
+    cm = storage._adapter.connmanager
+    before = relay.snapshot()
+    storage.afterCompletion()
+    assert (relay.snapshot() - before).round_trips == 0
+    assert storage._rollback_due
+    deadline = time.monotonic() + 5
+    while storage._rollback_due and time.monotonic() < deadline:
+        time.sleep(idle.IDLE_END / 4)
+    with storage._lock:     # (the thread holds it while it sends)
+        assert not storage._rollback_due, 'the snapshot stayed open'
+        assert (relay.snapshot() - before).round_trips == 1
+        if backend.marker == 'postgresql':
+            # PostgreSQL: libpq says whether the session is in a
+            # transaction.
+            assert not cm._in_transaction(storage._load_conn)
+    # The next snapshot starts as usual.
+    storage.poll_invalidations()
+    assert storage._snapshot_tid is not None
