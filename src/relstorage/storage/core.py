@@ -162,6 +162,15 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
         # one rolls it back in the round trip that begins it.
         self._rollback_due = False
         self._polled_tid = None        # last tid reported to poll callers
+        # A snapshot started between polls (see snapshot.py): {oid: tid} of
+        # what changed after _polled_tid, which ZODB has not been told.
+        self._moved = {}
+        # The next poll (ZODB's after the end of a transaction) leaves no
+        # snapshot open (sync(False)).
+        self._poll_alone = False
+        # (last tid, changes after _polled_tid) read after this instance's
+        # last COMMIT, for the poll that follows; None once used or stale.
+        self._finish_poll = None
         # The newest tid this instance has seen (snapshots and its own
         # commits), and (snapshot tid, seen) while the snapshot is older.
         self._seen_tid = None
@@ -310,6 +319,8 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
                 self._snapshot_cursor(oid_int)
             cursor = self._load_cursor
             snapshot = self._snapshot_tid
+            if self._moved and oid_int in self._moved:
+                return self._load_moved(cursor, oid, oid_int)
             row = self._cache.get(oid_int, snapshot)
             if self._ahead:
                 kind = self._ahead.pop(oid_int, None)
@@ -684,9 +695,16 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
             if not txn.voted:
                 self.tpc_vote(transaction)
             batch = self._batching and txn.requested_tid is not None
+            # The poll that ZODB makes when the transaction ends is read
+            # after the COMMIT, in its round trip, where the database can:
+            # _poll_without_snapshot takes it from there.
+            poll_after = self._polled_tid
+            if batch or self._adapter.connmanager.uses_replicas:
+                poll_after = None
             try:
                 with self._adapter.connmanager.translate():
-                    tid = txn.finish(self._oids.highest, commit=not batch)
+                    tid = txn.finish(self._oids.highest, commit=not batch,
+                                     poll_after=poll_after)
             except DisconnectedError as e:
                 if batch or self._batch_from is not None:
                     raise       # a restore batch is lost either way
@@ -710,6 +728,7 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
             self._ltid = tid_bytes = p64(tid)
             self._own_tids.add(tid)
             self._saw(tid)
+            self._finish_poll = txn.polled
             self._counters.committed(txn)
             committed = txn.committed_states()
             if not batch:

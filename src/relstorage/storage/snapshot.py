@@ -35,7 +35,7 @@ class SnapshotMethods:
         what this instance saw, unless revert-when-stale."""
         self._check_open()
         if self._snapshot_tid is None:
-            self._start_snapshot()
+            self._start_between_polls()
         if self._stale is not None and not self._follow_stale:
             new, seen = self._stale
             raise POSException.ReadConflictError(
@@ -46,6 +46,40 @@ class SnapshotMethods:
                 f'retry the transaction (or set revert-when-stale)',
                 oid=None if oid is None else p64(oid))
         return self._load_cursor
+
+    def _start_between_polls(self):
+        """Start a snapshot outside poll_invalidations: a read between
+        transactions (after a poll that left no snapshot open, after a
+        commit, or before the first poll).  ZODB's view stays at the tid
+        last polled, so the objects changed since (by others) are *moved*:
+        loading one gives its state as of that tid where history holds
+        it, else ReadConflictError (``_load_moved``); the next poll reports
+        them.  Read in the round trip that starts the snapshot."""
+        polled = self._polled_tid
+        changes = self._start_snapshot(polled)
+        if polled is not None and changes and self._stale is None:
+            own = self._own_tids
+            self._moved = {oid: tid for oid, tid in changes
+                           if tid not in own}
+
+    def _load_moved(self, cursor, oid, oid_int):
+        """``load`` of an object changed after the tid ZODB last polled
+        (``_start_between_polls``): its state as of that tid."""
+        polled = self._polled_tid
+        try:
+            with self._adapter.connmanager.translate('loading'):
+                found = self._load_before(cursor, oid, oid_int, polled + 1)
+        except POSException.POSKeyError:
+            found = None
+        if found is None:
+            raise POSException.ReadConflictError(
+                f'{self._name}: oid {oid_int:#x} was changed by another '
+                f'transaction after this connection last synchronized (at '
+                f'{tid_repr(p64(polled))}), and the database no longer '
+                f'holds the state it had then; retry the transaction (begin '
+                f'it with transaction.begin() to see the latest state)',
+                oid=oid)
+        return found[0], found[1]
 
     def _start_snapshot(self, after_tid=None):
         """``_begin_snapshot``, reopening once a connection the database
@@ -67,6 +101,8 @@ class SnapshotMethods:
         if self._load_conn is None:
             self._load_conn, self._load_cursor = cm.open_load()
             self._rollback_due = False
+        # A poll read after a COMMIT is older than this snapshot.
+        self._finish_poll = None
         self._snapshot_tid, changes = self._adapter.poller.begin_and_poll(
             cm, self._load_conn, self._load_cursor, after_tid,
             self._rollback_due)
@@ -90,6 +126,7 @@ class SnapshotMethods:
         starts it."""
         if self._snapshot_tid is not None:
             self._snapshot_tid = None
+            self._moved = {}
             self._prefetched.clear()
             self._families.clear()
             if self._ahead:
@@ -132,6 +169,7 @@ class SnapshotMethods:
 
     def _drop_load_connection(self):
         self._snapshot_tid = None
+        self._moved = {}
         self._rollback_due = False
         self._prefetched.clear()
         if self._load_conn is not None:
@@ -141,7 +179,8 @@ class SnapshotMethods:
     # -- IMVCCStorage: polling -------------------------------------------
 
     def poll_invalidations(self):
-        """Start a new snapshot; return the oids changed by others since
+        """Start a new snapshot (after sync(False), only read what changed:
+        ``_poll_without_snapshot``); return the oids changed by others since
         the last poll ([] on the first), or None if the database went back
         in time and every cached object must go."""
         with self._lock:
@@ -149,7 +188,15 @@ class SnapshotMethods:
             # The old snapshot ends in the round trip that starts the new.
             self._end_snapshot(now=False)
             prev = self._polled_tid
-            changes = self._start_snapshot(prev)
+            alone, self._poll_alone = self._poll_alone, False
+            if alone:
+                polled = self._poll_without_snapshot(prev)
+                if polled is None:
+                    alone = False
+                else:
+                    last, changes = polled
+            if not alone:
+                changes = self._start_snapshot(prev)
             cursor = self._load_cursor
             self._counters.polls += 1
             if self._stale is not None:
@@ -159,8 +206,11 @@ class SnapshotMethods:
                     # reported then.
                     return []
                 return self._go_back()
-            new = self._polled_tid = self._snapshot_tid
+            new = self._polled_tid = last if alone else self._snapshot_tid
             own, self._own_tids = self._own_tids, set()
+            if cursor is None:
+                # A poll after a commit, on an instance that never read.
+                cursor = self._writer_cursor()
             if prev is None or new == prev:
                 self._advance_cache(cursor, None, new, ())
                 return []
@@ -168,6 +218,40 @@ class SnapshotMethods:
             changed = [p64(oid) for oid, tid in changes if tid not in own]
             self._counters.invalidations += len(changed)
             return changed
+
+    def _poll_without_snapshot(self, after_tid):
+        """The poll ZODB makes when a transaction ends (after sync(False)):
+        the changes after ``after_tid`` read in a statement of its own, so
+        that no snapshot stays open while the application may be idle; a
+        read before the next poll starts one (``_start_between_polls``).
+        None where a replica or restored database might be behind (the
+        usual poll handles that)."""
+        cm = self._adapter.connmanager
+        finished, self._finish_poll = self._finish_poll, None
+        if cm.uses_replicas or after_tid is None:
+            return None
+        if finished is not None:
+            # Read after this instance's COMMIT, in its round trip.
+            last, changes = finished
+            self._saw(last)
+            return last, changes
+
+        def poll():
+            if self._load_conn is None:
+                self._load_conn, self._load_cursor = cm.open_load()
+                self._rollback_due = False
+            return self._adapter.poller.poll_alone(
+                cm, self._load_conn, self._load_cursor, after_tid,
+                self._rollback_due)
+
+        last, changes = retry_if_disconnected(
+            cm, 'polling', poll, self._drop_load_connection)
+        self._rollback_due = False
+        if last < max(after_tid, self._seen_tid or 0):
+            # Gone back in time: the usual poll (a snapshot) says what to do.
+            return None
+        self._saw(last)
+        return last, changes
 
     def _go_back(self):
         """Go on from a snapshot older than what this instance saw: every
@@ -210,11 +294,15 @@ class SnapshotMethods:
                 cursor, horizon, new))
 
     def sync(self, force=True):
-        if force:
-            with self._lock:
+        with self._lock:
+            if force:
                 # ZODB polls right after (newTransaction): the ROLLBACK
                 # goes with the poll's round trip.
                 self._end_snapshot(now=False)
+            else:
+                # ZODB's poll at the end of a transaction follows: it need
+                # not leave a snapshot open (_poll_without_snapshot).
+                self._poll_alone = True
 
     def afterCompletion(self):
         # End the read transaction so that no database session sits idle

@@ -75,9 +75,10 @@ class _MySQLTransactionControl(TransactionControl):
             + self._restore_tail)
 
     def finish_and_commit(self, cursor, user, description, extension,
-                          status, rows=None):
+                          status, rows=None, poll_after=None):
         """The whole last step and the COMMIT in one round trip; returns
-        the tid."""
+        the tid.  With ``poll_after`` (a tid), ``(tid, (last, changes))``:
+        ``poll_sql`` after the COMMIT, in the same round trip."""
         params = ()
         if self.INSERT_TRANSACTION is not None:
             params = (status == 'p', user, description, extension)
@@ -90,9 +91,20 @@ class _MySQLTransactionControl(TransactionControl):
             if batch is None:
                 batch = self._finish[guard] = ';\n'.join(
                     self._head + self._moves + tail)
-        tid, committed = run_batch(cursor, batch, params)[-1][0]
+        if poll_after is not None:
+            # After the COMMIT autocommit is on again: the poll reads the
+            # latest, its own commit included.
+            batch += ';\n' + self._connmanager.read_statements(
+                self.poll_sql)
+            params += (poll_after,)
+        results = run_batch(cursor, batch, params)
+        if poll_after is not None:
+            polled = results.pop()
+        tid, committed = results[-1][0]
         self._connmanager.ended(cursor.connection, committed)
-        return int(tid)
+        if poll_after is None:
+            return int(tid)
+        return int(tid), polled
 
 
     def finish_restore(self, cursor, tid, user, description, extension,

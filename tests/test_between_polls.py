@@ -1,0 +1,134 @@
+"""Reads between polls.
+
+ZODB polls at the end of every transaction (``afterCompletion``, after
+``sync(False)``) to learn what others changed; relstorage answers that poll
+without leaving a read snapshot open (from the round trip of its own COMMIT
+after a commit, else with one statement), so that no database session sits
+inside a transaction while the application is idle.  A read before the next
+poll (an application that goes on without ``transaction.begin()``) starts a
+snapshot whose objects changed since the poll are *moved*: ZODB still holds
+their older state, so the storage gives the state as of the poll where
+history holds it, and ReadConflictError where it does not.  The next poll
+reports them.
+"""
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import ReadConflictError
+from ZODB.tests.MinPO import MinPO
+from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.tests.StorageTestBase import zodb_unpickle
+from ZODB.utils import z64
+
+
+def _commit(storage, oid, serial, value):
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.store(oid, serial, zodb_pickle(MinPO(value)), '', t)
+    storage.tpc_vote(t)
+    return storage.tpc_finish(t)
+
+
+def _value(storage, oid):
+    return zodb_unpickle(storage.load(oid)[0]).value
+
+
+def test_the_poll_that_ends_a_transaction_leaves_no_snapshot(open_storage):
+    root = open_storage()
+    reader = root.new_instance()
+    try:
+        oid = root.new_oid()
+        _commit(root, oid, z64, 1)
+        reader.poll_invalidations()
+        assert _value(reader, oid) == 1
+        reader.afterCompletion()
+        reader.sync(False)
+        assert reader.poll_invalidations() == []
+        assert reader._snapshot_tid is None
+        assert not reader._rollback_due
+    finally:
+        reader.release()
+
+
+def test_a_read_between_polls_sees_the_polled_state(open_storage,
+                                                    keep_history):
+    root = open_storage()
+    reader = root.new_instance()
+    try:
+        changed, unchanged = root.new_oid(), root.new_oid()
+        tid = _commit(root, changed, z64, 1)
+        _commit(root, unchanged, z64, 10)
+        reader.poll_invalidations()
+        reader.afterCompletion()
+        reader.sync(False)
+        assert reader.poll_invalidations() == []
+        # Another client changes one object before this one reads again
+        # (without a poll: no transaction.begin()).
+        _commit(root, changed, tid, 2)
+        assert _value(reader, unchanged) == 10
+        if keep_history:
+            # ZODB's view is the polled tid: the state it had then.
+            assert _value(reader, changed) == 1
+        else:
+            # Gone from a history-free database.
+            with pytest.raises(ReadConflictError) as caught:
+                reader.load(changed)
+            assert 'transaction.begin()' in str(caught.value)
+        # The next poll reports it, and the read gives the new state.
+        assert reader.poll_invalidations() == [changed]
+        assert _value(reader, changed) == 2
+    finally:
+        reader.release()
+
+
+def test_a_read_after_a_commit_without_a_poll(open_storage, keep_history):
+    """Explicit transactions: no poll after a commit.  The next read
+    treats what others committed since the last poll as moved, and not
+    this instance's own commit."""
+    root = open_storage()
+    writer = root.new_instance()
+    try:
+        mine, theirs = root.new_oid(), root.new_oid()
+        tid = _commit(root, theirs, z64, 1)
+        writer.poll_invalidations()
+        assert _value(writer, theirs) == 1
+        _commit(root, theirs, tid, 2)
+        _commit(writer, mine, z64, 5)
+        assert _value(writer, mine) == 5
+        if keep_history:
+            assert _value(writer, theirs) == 1
+        else:
+            with pytest.raises(ReadConflictError):
+                writer.load(theirs)
+        assert writer.poll_invalidations() == [theirs]
+        assert _value(writer, theirs) == 2
+    finally:
+        writer.release()
+
+
+def test_abort_shows_what_others_committed(open_storage):
+    """The poll at the end of a transaction is a real one: after abort()
+    (no begin()), a connection sees what another committed before."""
+    db = ZODB.DB(open_storage())
+    try:
+        tm1, tm2 = transaction.TransactionManager(), (
+            transaction.TransactionManager())
+        c1, c2 = db.open(tm1), db.open(tm2)
+        c1.root()['m'] = PersistentMapping(v=1)
+        tm1.commit()
+        tm2.abort()
+        assert c2.root()['m']['v'] == 1
+        c1.root()['m']['v'] = 2
+        tm1.commit()
+        tm2.abort()
+        assert c2.root()['m']['v'] == 2
+        c2.root()['m']['v'] = 3
+        tm2.commit()
+        tm1.abort()
+        assert c1.root()['m']['v'] == 3
+        c1.close()
+        c2.close()
+    finally:
+        db.close()
