@@ -299,6 +299,7 @@ class SnapshotMethods:
                 # ZODB polls right after (newTransaction): the ROLLBACK
                 # goes with the poll's round trip.
                 self._end_snapshot(now=False)
+                self._poll_alone = False
             else:
                 # ZODB's poll at the end of a transaction follows: it need
                 # not leave a snapshot open (_poll_without_snapshot).
