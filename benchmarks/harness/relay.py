@@ -14,11 +14,16 @@ With ``rtt`` (milliseconds), every chunk is held back half of it in each
 direction before it is passed on, in order, so a round trip costs ``rtt``
 more.  Threads, not an event loop: asyncio's timers wake in whole
 milliseconds (epoll), which would turn a 0.2 ms delay into 1 ms, where
-``time.sleep`` keeps to tens of microseconds.  A benchmark puts a relay in
-front of a server for a phase and reads the counts before and after
-(``snapshot``); ``python benchmarks/relay.py`` runs one on its own.
+``time.sleep`` keeps to tens of microseconds.  A test puts a relay in
+front of a server and reads the counts before and after an operation
+(``snapshot``).  A benchmark runs the relay as a process of its own
+(``python benchmarks/relay.py --control-port 0``; its threads would
+otherwise compete with the workload for the GIL) and reads the counts
+through ``Control``, a second port that answers each connection with one
+line of JSON.
 """
 import collections
+import json
 import socket
 import threading
 import time
@@ -68,7 +73,7 @@ class Relay:
         self._counts = Counts()
         self._lock = threading.Lock()
         self._listener = None
-        self._sockets = []
+        self._sockets = set()
         self._threads = []
         self._stopping = False
 
@@ -84,13 +89,16 @@ class Relay:
 
     def stop(self):
         self._stopping = True
-        for sock in [self._listener] + self._sockets:
+        with self._lock:
+            sockets = [self._listener] + list(self._sockets)
+            threads = list(self._threads)
+        for sock in sockets:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             sock.close()
-        for thread in self._threads:
+        for thread in threads:
             thread.join(10)
 
     def __enter__(self):
@@ -107,7 +115,11 @@ class Relay:
     def _spawn(self, target, *args):
         thread = threading.Thread(target=target, args=args, daemon=True,
                                   name='relay')
-        self._threads.append(thread)
+        with self._lock:
+            # The threads of closed connections are let go: a benchmark's
+            # relay sees thousands of connections.
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
         thread.start()
 
     def _accept(self):
@@ -123,22 +135,28 @@ class Relay:
                 continue
             for sock in (client, server):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._sockets += [client, server]
             with self._lock:
+                self._sockets.update((client, server))
                 self._counts.connections += 1
-            # Who spoke last on this connection: a client send after a
-            # server reply (or first) starts a round trip.
-            last = ['server']
-            self._spawn(self._pipe, client, server, 'client', last)
-            self._spawn(self._pipe, server, client, 'server', last)
+            link = _Link(self, client, server)
+            self._spawn(self._pipe, client, server, 'client', link)
+            self._spawn(self._pipe, server, client, 'server', link)
 
-    def _pipe(self, source, sink, side, last):
+    def _forget(self, *sockets):
+        """Close the sockets of a connection both ends have finished."""
+        with self._lock:
+            self._sockets.difference_update(sockets)
+        for sock in sockets:
+            sock.close()
+
+    def _pipe(self, source, sink, side, link):
         """Copy ``side``'s bytes to the other end; with a delay, through a
         queue that a second thread empties in order, each chunk when due."""
+        last = link.last
         queue = collections.deque()
         ready = threading.Condition()
         if self.delay:
-            self._spawn(self._deliver, sink, queue, ready)
+            self._spawn(self._deliver, sink, queue, ready, link)
         try:
             while True:
                 data = source.recv(CHUNK)
@@ -172,9 +190,10 @@ class Relay:
                     ready.notify()
             else:
                 _close_writing(sink)
+                link.done()
 
     @staticmethod
-    def _deliver(sink, queue, ready):
+    def _deliver(sink, queue, ready, link):
         try:
             while True:
                 with ready:
@@ -190,6 +209,28 @@ class Relay:
         except OSError:
             pass
         _close_writing(sink)
+        link.done()
+
+
+class _Link:
+    """One client connection and its server connection: who spoke last
+    (a client send after a server reply, or first, starts a round trip),
+    and how many directions are still open; the sockets are closed when
+    both are done."""
+
+    def __init__(self, relay, client, server):
+        self.relay = relay
+        self.sockets = (client, server)
+        self.last = ['server']
+        self._open = 2
+        self._lock = threading.Lock()
+
+    def done(self):
+        with self._lock:
+            self._open -= 1
+            finished = self._open == 0
+        if finished:
+            self.relay._forget(*self.sockets)
 
 
 def _close_writing(sock):
@@ -197,3 +238,51 @@ def _close_writing(sock):
         sock.shutdown(socket.SHUT_WR)
     except OSError:
         pass
+
+
+class Control:
+    """The control channel of a relay: a listener on ``127.0.0.1:port``
+    (0: a free one, see ``port`` once started) that answers every
+    connection with the relay's counts so far, one line of JSON
+    (``Counts.as_dict()``), and closes it.  A workload process reads it at
+    the start and the end of each phase (benchmarks/roundtrips.py)."""
+
+    def __init__(self, relay, port=0):
+        self.relay = relay
+        self.port = port
+        self._listener = None
+        self._thread = None
+
+    def start(self):
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(('127.0.0.1', self.port))
+        listener.listen(16)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        self._thread = threading.Thread(target=self._answer, daemon=True,
+                                        name='relay control')
+        self._thread.start()
+        return self
+
+    def stop(self):
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listener.close()
+        self._thread.join(10)
+
+    def _answer(self):
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            line = json.dumps(self.relay.snapshot().as_dict()) + '\n'
+            try:
+                conn.sendall(line.encode('ascii'))
+            except OSError:
+                pass
+            finally:
+                conn.close()
