@@ -24,7 +24,9 @@ read
 small commit
     a single-row UPDATE and COMMIT.
 
-Every phase checks the rows it wrote or read.
+Every phase checks the rows it wrote or read.  With ``--relay-control``
+(run.py ``--round-trips``, ``--rtt``) each phase also records the round
+trips it made through the relay, with its operations (roundtrips.py).
 """
 import argparse
 import hashlib
@@ -37,6 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from roundtrips import RoundTrips  # noqa: E402
 from workload import TREES, percentiles, split  # noqa: E402
 
 perf = time.perf_counter
@@ -287,6 +290,7 @@ DATABASES = {'postgresql': PostgreSQL, 'mysql': MariaDB, 'sqlite': SQLite}
 
 
 def measure(db, args):
+    trips = RoundTrips(args.relay_control)
     size = max(1, int(round(args.size)))
     rows = floor_rows(args.objects, size, 'v0')
     sizes = split(args.objects)
@@ -302,26 +306,33 @@ def measure(db, args):
     done = 0
     for name, _, per_txn in TREES:
         part = rows[done:done + sizes[name]]
+        mark = trips.mark()
         start = perf()
         for first in range(0, len(part), per_txn):
             db.insert(part[first:first + per_txn])
         seconds = perf() - start
-        phases[f'add_{per_txn}'] = {'seconds': seconds, 'objects': len(part),
-                                    'rate': len(part) / seconds}
+        phases[f'add_{per_txn}'] = trips.record(
+            {'seconds': seconds, 'objects': len(part),
+             'rate': len(part) / seconds}, mark, object=len(part),
+            commit=-(-len(part) // per_txn))
         done += len(part)
     check(len(rows))
 
     new = floor_rows(args.objects, size, 'v1')
+    mark = trips.mark()
     start = perf()
     for first in range(0, len(new), 1000):
         db.update(new[first:first + 1000])
     seconds = perf() - start
-    phases['update_1000'] = {'seconds': seconds, 'objects': len(new),
-                             'rate': len(new) / seconds}
+    phases['update_1000'] = trips.record(
+        {'seconds': seconds, 'objects': len(new),
+         'rate': len(new) / seconds}, mark, object=len(new),
+        commit=-(-len(new) // 1000))
     check(len(new))
 
     expected = dict(new)
     runs, samples = [], []
+    mark = trips.mark()
     for _ in range(args.repeat):
         start = perf()
         for oid in range(1, len(new) + 1):
@@ -333,16 +344,20 @@ def measure(db, args):
         db.end_read()
         runs.append(perf() - start)
     seconds = statistics.median(runs)
-    phases['cold_read'] = {'seconds': seconds, 'objects': len(new),
-                           'rate': len(new) / seconds, 'runs': runs,
-                           'select': percentiles(samples)}
+    # Each pass ends with a COMMIT, counted with its SELECTs.
+    phases['cold_read'] = trips.record(
+        {'seconds': seconds, 'objects': len(new), 'rate': len(new) / seconds,
+         'runs': runs, 'select': percentiles(samples)}, mark,
+        select=len(samples))
 
     samples = []
+    mark = trips.mark()
     for i in range(args.latency_commits):
         start = perf()
         db.small_commit(i + 3)
         samples.append(perf() - start)
-    phases['commit_latency'] = percentiles(samples)
+    phases['commit_latency'] = trips.record(percentiles(samples), mark,
+                                            commit=len(samples))
     phases.update(db.extra(rows))
     db.close()
     return {'phases': phases, 'row_size': size, **db.info}
@@ -364,6 +379,9 @@ def main(argv=None):
     parser.add_argument('--db', help='MariaDB: the database')
     parser.add_argument('--data-dir', help='SQLite')
     parser.add_argument('--synchronous', default='full', help='SQLite')
+    parser.add_argument('--relay-control', metavar='HOST:PORT',
+                        help="the relay's control channel: record each "
+                        "phase's round trips (roundtrips.py)")
     args = parser.parse_args(argv)
     result = measure(DATABASES[args.database](args), args)
     with open(args.out, 'w') as f:

@@ -15,6 +15,12 @@ which the report announces.  Every measurement is a subprocess running
 string, so the same code drives every implementation.  See README.rst for
 what each phase does.
 
+With ``--round-trips`` or ``--rtt MS`` every side's connections to
+PostgreSQL and MariaDB go through a relay process (one per server, for
+the whole run; harness/roundtrips.py), each workload process records the
+round trips of its phases, and the report adds a table of round trips per
+operation; SQLite, FileStorage and ZEO are skipped then.
+
 This file is the phases and their figures; the sides, databases,
 processes, options, environment and results document are the harness's
 (``harness/``), the tables and targets run_report.py's.
@@ -25,12 +31,12 @@ import tempfile
 from pathlib import Path
 
 import run_report
-from harness import DATA, backends, environment, figures
+from harness import DATA, backends, environment, figures, roundtrips
 from harness.backends import BACKENDS, MODES, TITLES
 from harness.cli import Parser
 from harness.procs import WorkloadFailed, run_all
 from harness.report import log, reference_patch, write_results
-from harness.sides import IMPLS, Side, Turns, prepare
+from harness.sides import IMPLS, LABELS, Side, Turns, prepare
 from harness.venvs import clean_env
 
 HERE = Path(__file__).resolve().parent
@@ -43,10 +49,12 @@ class Contender(Side):
     """A side of run.py: its workload.py, how to get a fresh storage, and
     whether several processes can share one of its storages."""
 
-    def __init__(self, impl, backend, fresh, processes=True):
+    def __init__(self, impl, backend, fresh, processes=True,
+                 relay_control=None):
         super().__init__(impl, backend, WORKLOAD)
         self.fresh = fresh
         self.processes = processes
+        self.relay_control = relay_control
 
 
 def run_workers(side, commands, timeout=1800):
@@ -78,6 +86,9 @@ def several_processes(side, zconfig, args):
                        'processes': n, 'rate': objects / span,
                        'per_process_seconds': [p['end'] - p['start']
                                                for p in parts]}
+        relay = roundtrips.across_processes(parts)
+        if relay:
+            phases[key]['relay'] = relay
     return {'phases': phases}
 
 
@@ -101,11 +112,15 @@ def mixed_processes(side, zconfig, args):
     parts = [r['phases']['mixed'] for r in results]
     span = max(p['end'] for p in parts) - min(p['start'] for p in parts)
     requests = sum(p['objects'] for p in parts)
-    return {'seconds': span, 'requests': requests, 'processes': n,
-            'rate': requests / span,
-            'conflicts': sum(p['conflicts'] for p in parts),
-            'checked': check['checked'], 'bumped': check['bumped'],
-            'read_ahead': [p['read_ahead'] for p in parts]}
+    out = {'seconds': span, 'requests': requests, 'processes': n,
+           'rate': requests / span,
+           'conflicts': sum(p['conflicts'] for p in parts),
+           'checked': check['checked'], 'bumped': check['bumped'],
+           'read_ahead': [p['read_ahead'] for p in parts]}
+    relay = roundtrips.across_processes(parts)
+    if relay:
+        out['relay'] = relay
+    return out
 
 
 # -- one backend and mode ----------------------------------------------------
@@ -234,6 +249,8 @@ class Measurement:
             entry = self.cell[side.impl]
             if entry['writes']:
                 entry['metrics'] = summarize(entry)
+            if side.relay_control:
+                entry['round_trips'] = round_trip_figures(entry)
         return self.cell
 
 
@@ -305,6 +322,49 @@ def summarize(entry):
     return out
 
 
+#: The phases of each list of runs in an implementation's entry.
+RUN_PHASES = {
+    'writes': ('add_100', 'add_1000', 'update_1000', 'commit_latency',
+               'conflicts'),
+    'reads': ('cold_read', 'warm_read', 'hot_read'),
+    'prefetch': ('prefetch',), 'single': ('load_single',),
+    'random': ('random_read',), 'random_prefetch': ('random_prefetch',),
+}
+
+
+def round_trip_figures(entry):
+    """``{phase: {unit: round trips per operation}}`` of one implementation
+    in one backend and mode: the median over the runs of each phase whose
+    runs counted them, and the multi-process phases (their relay records
+    span all the processes)."""
+    out = {}
+    for key, phases in RUN_PHASES.items():
+        for phase in phases:
+            found = roundtrips.medians(
+                r['phases'].get(phase, {}).get('relay')
+                for r in entry[key])
+            if found:
+                out[phase] = found
+    shared = dict(entry.get('mp', {}).get('phases', {}))
+    if 'mixed' in entry:
+        shared['mixed'] = entry['mixed']
+    for phase, figures_ in shared.items():
+        found = roundtrips.per_operation(figures_.get('relay'))
+        if found:
+            out[phase] = found
+    return out
+
+
+def floor_round_trips(floor):
+    """The floor's ``{phase: {unit: round trips per operation}}``."""
+    out = {}
+    for phase, record in floor.get('phases', {}).items():
+        found = roundtrips.per_operation(record.get('relay'))
+        if found:
+            out[phase] = found
+    return out
+
+
 def summarize_floor(floor):
     phases = floor['phases']
     out = {key: phases[key]['rate']
@@ -319,13 +379,15 @@ def summarize_floor(floor):
     return out
 
 
-def run_floor(backend, database, args, size):
+def run_floor(backend, database, args, size, relay_control=None):
     """The floor's figures on ``backend`` (floor.py, the bare driver, on a
     database of its own), for rows of ``size`` bytes."""
     log(f'{TITLES[backend]}: floor (bare driver, no ZODB)')
     database.create('bench_floor')
+    side = Side('floor', workload=FLOOR)
+    side.relay_control = relay_control
     try:
-        return Side('floor', workload=FLOOR).run(
+        return side.run(
             backend, '--objects', args.objects, '--size', size,
             '--repeat', args.repeat,
             '--latency-commits', args.latency_commits,
@@ -370,6 +432,7 @@ def parse_args(argv):
                         help='objects written and read by all the '
                         'processes together (default: --objects)')
     parser.servers()
+    parser.round_trips()
     parser.add_argument('--cache-local-mb', type=float,
                         help='cache-local-mb for both relstorages (default: '
                         'each its own default, 10 MB in both)')
@@ -377,11 +440,27 @@ def parse_args(argv):
     args = parser.parse(argv)
     if args.mp_objects is None:
         args.mp_objects = args.objects
+    args.skipped = []
+    if args.round_trips:
+        args.skipped = [TITLES[b] for b in args.backends
+                        if b not in roundtrips.NETWORKED]
+        args.skipped += [LABELS[o] for o in args.others]
+        args.backends = [b for b in args.backends
+                         if b in roundtrips.NETWORKED]
+        args.others = []
+        if not args.backends:
+            parser.error('--round-trips and --rtt need postgresql or mysql '
+                         'in --backends')
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
+    with roundtrips.Relays(args.rtt) as relays:
+        return run(args, relays)
+
+
+def run(args, relays):
     backends.CACHE_LOCAL_MB = args.cache_local_mb
     probes = prepare(IMPLS, WORKLOAD, log)
     databases = {b: backends.database_for(b, args) for b in args.backends}
@@ -391,13 +470,18 @@ def main(argv=None):
         'backends', 'modes', 'others', 'objects', 'quick', 'repeat',
         'extra_repeat', 'hot_repeat', 'latency_commits', 'threads',
         'conflict_commits', 'processes', 'mp_objects', 'mixed_requests',
-        'sqlite_synchronous', 'cache_local_mb')}
+        'sqlite_synchronous', 'cache_local_mb', 'round_trips', 'rtt',
+        'skipped')}
+    # Through a relay (--round-trips, --rtt): the storages and the floor
+    # connect to it, the databases are still created directly.
+    databases = {b: relays.route(b, d) for b, d in databases.items()}
     results, floors = {}, {}
     for backend, database in databases.items():
         for mode in args.modes:
             sides = [Contender(
                 impl, backend, lambda impl=impl, mode=mode, database=database:
-                backends.fresh_relstorage(database, impl, mode))
+                backends.fresh_relstorage(database, impl, mode),
+                relay_control=relays.control(backend))
                 for impl in IMPLS]
             where = f'{TITLES[backend]} {MODES[mode][0]}'
             results.setdefault(backend, {})[mode] = measure(sides, where,
@@ -408,7 +492,8 @@ def main(argv=None):
                 for write in cell[impl]['writes']:
                     size = size or write['mean_state_size']
         try:
-            floors[backend] = run_floor(backend, database, args, size or 250)
+            floors[backend] = run_floor(backend, database, args, size or 250,
+                                        relays.control(backend))
         except WorkloadFailed as e:
             floors[backend] = {'error': str(e)}
             log(f'  FAILED: floor on {backend}:\n{e}')
@@ -424,11 +509,14 @@ def main(argv=None):
         others = measure(sides, 'FileStorage and ZEO', args)
     if not args.keep_data:
         backends.remove_data()
+    relays.stop()
 
     floor_figures = {b: summarize_floor(f) for b, f in floors.items()
                      if 'phases' in f}
+    floor_trips = ({b: floor_round_trips(f) for b, f in floors.items()
+                    if 'phases' in f} if relays.active else None)
     text, checks = run_report.make_report(args, env, results, floors,
-                                          floor_figures, others)
+                                          floor_figures, others, floor_trips)
     print(text)
     patched = [cell['ref']['info'].get('mariadb_patch')
                for cell in results.get('mysql', {}).values()
@@ -446,6 +534,13 @@ def main(argv=None):
         'others_summary': ({o: others[o].get('metrics') for o in args.others}
                            if others else {}),
         'floor_summary': floor_figures,
+        'round_trips': ({
+            'relay': relays.describe(),
+            'summary': {b: {m: {impl: results[b][m][impl].get('round_trips')
+                                for impl in IMPLS}
+                            for m in args.modes}
+                        for b in args.backends},
+            'floor': floor_trips} if relays.active else None),
         'checks': checks,
         'report': text})
     # A failed phase of ours (a check that raised) fails the run; targets

@@ -1,11 +1,13 @@
 """run.py's report: the figures it reports, their ratios, the project's
 targets and whether each is met, the table per backend and mode, the table
-of FileStorage and ZEO, and the notes under them.
+of FileStorage and ZEO, the notes under them, and with ``--round-trips``
+or ``--rtt`` a table of round trips per operation beside each backend and
+mode's.
 
 Everything here is computed from the measurements passed in; nothing is
 decided in advance.  compare.py uses the same names and formatting.
 """
-from harness import environment
+from harness import environment, roundtrips
 from harness.backends import MODES, TITLES
 from harness.report import heading, patch_note, render, target_lines, title
 from harness.sides import IMPLS, LABELS
@@ -38,6 +40,44 @@ METRICS = (
     ('mixed', 'requests (5 reads, 1 write), {n} processes', 'commits'),
 )
 UNITS = {'rate': 'obj/s', 'commits': 'commit/s', 'latency': 'ms'}
+
+#: The round-trip table's rows: (phase, unit, label, the floor's phase and
+#: unit that do the same with the bare driver, or None).  The workloads
+#: record every unit of a phase (harness/roundtrips.py); these are the
+#: ones shown.
+ROUND_TRIP_ROWS = (
+    ('add_100', 'object', 'add, 100 new objects/txn', 'add_100', 'object'),
+    ('add_100', 'commit', '  the same, per commit', 'add_100', 'commit'),
+    ('add_1000', 'object', 'add, 1000 new objects/txn', 'add_1000',
+     'object'),
+    ('add_1000', 'commit', '  the same, per commit', 'add_1000', 'commit'),
+    ('update_1000', 'object', 'update, 1000 objects/txn', 'update_1000',
+     'object'),
+    ('update_1000', 'commit', '  the same, per commit', 'update_1000',
+     'commit'),
+    ('commit_latency', 'commit', 'small commit, its polls included',
+     'commit_latency', 'commit'),
+    ('conflicts', 'commit', 'conflicting commits, retries included', None,
+     None),
+    ('cold_read', 'object', 'cold read, new process', 'cold_read',
+     'select'),
+    ('cold_read', 'load', '  the same, per storage load', 'cold_read',
+     'select'),
+    ('warm_read', 'object', 'warm read, storage cache', None, None),
+    ('hot_read', 'object', 'hot read, ZODB cache', None, None),
+    ('prefetch', 'batch', 'prefetch 100, then read', None, None),
+    ('load_single', 'load', 'cold single load', 'cold_read', 'select'),
+    ('random_read', 'object', 'cold random read, 5 % by key', None, None),
+    ('random_read', 'load', '  the same, per storage load', 'cold_read',
+     'select'),
+    ('random_prefetch', 'object', 'cold random read, prefetched', None,
+     None),
+    ('mp_add', 'object', 'add 100/txn, {n} processes', 'add_100', 'object'),
+    ('mp_update', 'object', 'update 100/txn, {n} processes', None, None),
+    ('mp_read', 'object', 'cold read, {n} processes', 'cold_read', 'select'),
+    ('mixed', 'request', 'requests (5 reads, 1 write), {n} processes', None,
+     None),
+)
 
 #: The project's targets for ours against RelStorage 4.3 (how many times
 #: faster), on the server databases; every other phase, and every phase
@@ -149,6 +189,40 @@ def backend_table(backend, where, title_text, metrics, floor, processes,
     return lines, checks
 
 
+def round_trip_table(figures, floor, processes):
+    """The round trips per operation of one backend and mode: ours, RS
+    4.3, the floor doing the same with the bare driver, and ours / RS 4.3
+    (< 1.0: ours makes fewer)."""
+    ours, ref = figures.get('ours') or {}, figures.get('ref') or {}
+    header = ('phase', 'per', 'ours', 'RS 4.3', 'floor', 'ours/4.3')
+    rows = []
+    for phase, unit, label, floor_phase, floor_unit in ROUND_TRIP_ROWS:
+        o = ours.get(phase, {}).get(unit)
+        r = ref.get(phase, {}).get(unit)
+        if o is None and r is None:
+            continue
+        low = floor.get(floor_phase, {}).get(floor_unit)
+        rows.append((label_of(label, processes), unit, roundtrips.fmt(o),
+                     roundtrips.fmt(r), roundtrips.fmt(low),
+                     f'{o / r:.2f}' if o is not None and r else '-'))
+    lines = ['Round trips per operation (through the relay):', '']
+    return lines + (render(header, rows) if rows else ['(none counted)'])
+
+
+def round_trip_intro(args):
+    """The lines that say how the round trips were counted."""
+    added = (f'adding {args.rtt:g} ms to every round trip: every time below '
+             f'includes it' if args.rtt else 'adding no latency (the times '
+             'below include its own cost, about 0.05 ms a round trip)')
+    return [f'Round trips: every connection of ours, RS 4.3 and the floor '
+            f'to the database goes through a relay process {added}.  Its '
+            f'counts are read at the start and the end of each phase; a '
+            f'round trip is a client send that follows a server reply.  '
+            f'The floor\'s select is one SELECT by primary key, each pass '
+            f'of its reads ending with a COMMIT.'] + roundtrips.skipped_note(
+                args.skipped) + ['']
+
+
 def others_table(others, ours_by_run, processes):
     """FileStorage and ZEO, measured once per run, and how many times
     faster ours is than each, per backend and mode of the run."""
@@ -229,8 +303,11 @@ def load_line(cell):
             f'{last:.2f} after')
 
 
-def make_report(args, env, results, floors, floor_figures, others):
-    """The whole report, and the checks of every table."""
+def make_report(args, env, results, floors, floor_figures, others,
+                floor_trips=None):
+    """The whole report, and the checks of every table; with
+    ``floor_trips`` (counting round trips), a round-trip table after
+    each backend and mode's."""
     environment.finish(env)
     lines = heading(env)
     loads = [env['load_average'][0], env['load_average_end'][0]] + [
@@ -254,6 +331,8 @@ def make_report(args, env, results, floors, floor_figures, others):
         'faster); target = the ratio wanted (and for single loads on the '
         'server databases, at most 1.5 times the floor\'s time); x/floor '
         '= how many times the bare driver\'s time it takes.', '']
+    if floor_trips is not None:
+        lines += round_trip_intro(args)
     checks = []
     note = {'conflicts': f'{args.threads} threads x {args.conflict_commits}'}
     for backend in args.backends:
@@ -270,6 +349,10 @@ def make_report(args, env, results, floors, floor_figures, others):
                 low, args.processes, note)
             checks += found
             lines += table + [load_line(cell)] + conflict_notes(cell) + ['']
+            if floor_trips is not None:
+                lines += round_trip_table(
+                    {impl: cell[impl].get('round_trips') for impl in IMPLS},
+                    floor_trips.get(backend, {}), args.processes) + ['']
         if 'phases' in floor:
             extra = ''
             text = floor['phases'].get('select_text')

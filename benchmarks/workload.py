@@ -39,7 +39,10 @@ Commands (each writes one JSON document to ``--out``):
     meeting the other workers at a file barrier before each phase.
 
 The bare-driver floors are in ``floor.py``.  Every phase checks what it
-wrote or read and raises if it is wrong.
+wrote or read and raises if it is wrong.  With ``--relay-control`` (run.py
+``--round-trips``, ``--rtt``) each phase also records the round trips it
+made through the relay in front of the database, with its operations
+(benchmarks/roundtrips.py).
 """
 import argparse
 import gc
@@ -56,7 +59,19 @@ from pathlib import Path
 
 from persistent import Persistent
 
+HERE = Path(__file__).resolve().parent
+# -I leaves this file's directory off sys.path (roundtrips, mariadb_patch).
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
 perf = time.perf_counter
+
+
+def round_trips(args):
+    """The round trips of this process's phases (see roundtrips.py):
+    nothing is read without ``--relay-control``."""
+    from roundtrips import RoundTrips
+    return RoundTrips(getattr(args, 'relay_control', None))
 
 
 def settle():
@@ -213,6 +228,7 @@ def cmd_write(args):
     from BTrees.Length import Length
     from BTrees.OOBTree import OOBTree
 
+    trips = round_trips(args)
     db = open_db(args.zconfig, args.objects)
     conn = db.open()
     root = conn.root()
@@ -233,6 +249,7 @@ def cmd_write(args):
         tree = root[name]
         stores_before = conn.getTransferCounts()[1]
         settle()
+        mark = trips.mark()
         start = perf()
         for first in range(0, len(keys), per_txn):
             transaction.begin()
@@ -241,11 +258,12 @@ def cmd_write(args):
             transaction.commit()
         seconds = perf() - start
         stores = conn.getTransferCounts()[1] - stores_before
-        phases[f'add_{per_txn}'] = {
+        commits = -(-len(keys) // per_txn)
+        phases[f'add_{per_txn}'] = trips.record({
             'seconds': seconds, 'objects': len(keys),
-            'stored_records': stores,
-            'commits': -(-len(keys) // per_txn),
-            'rate': len(keys) / seconds}
+            'stored_records': stores, 'commits': commits,
+            'rate': len(keys) / seconds}, mark, object=len(keys),
+            commit=commits)
         verify_tree(db, name, keys, 0, sample=37)
 
     # Mean pickle size, for the floor measurements.
@@ -260,6 +278,7 @@ def cmd_write(args):
     for name, _, _ in TREES:
         items.extend(root[name].values())
     settle()
+    mark = trips.mark()
     start = perf()
     for first in range(0, len(items), per_txn):
         transaction.begin()
@@ -267,9 +286,11 @@ def cmd_write(args):
             item.bump()
         transaction.commit()
     seconds = perf() - start
-    phases['update_1000'] = {
-        'seconds': seconds, 'objects': len(items),
-        'commits': -(-len(items) // per_txn), 'rate': len(items) / seconds}
+    commits = -(-len(items) // per_txn)
+    phases['update_1000'] = trips.record({
+        'seconds': seconds, 'objects': len(items), 'commits': commits,
+        'rate': len(items) / seconds}, mark, object=len(items),
+        commit=commits)
     for name, prefix, _ in TREES:
         verify_tree(db, name, keys_for(prefix, sizes[name]), 1, sample=13)
     if args.oids:
@@ -283,13 +304,15 @@ def cmd_write(args):
         transaction.commit()
     samples = []
     settle()
+    mark = trips.mark()
     for _ in range(args.latency_commits):
         start = perf()
         transaction.begin()
         counter.value += 1
         transaction.commit()
         samples.append(perf() - start)
-    phases['commit_latency'] = percentiles(samples)
+    phases['commit_latency'] = trips.record(percentiles(samples), mark,
+                                            commit=len(samples))
     tm, other = verifier(db)
     expected = args.latency_commits + 5
     if other.root()['counter'].value != expected:
@@ -301,7 +324,7 @@ def cmd_write(args):
         # Last, and allowed to fail on its own: the figures above stand.
         try:
             phases['conflicts'] = conflicts(db, args.threads,
-                                            args.conflict_commits)
+                                            args.conflict_commits, trips)
         except Exception as e:
             traceback.print_exc()
             phases['conflicts'] = {'error': failure(e)}
@@ -354,7 +377,7 @@ def verify_tree(db, name, keys, version, sample):
         conn.close()
 
 
-def conflicts(db, threads, commits):
+def conflicts(db, threads, commits, trips):
     """``threads`` connections each add ``commits`` entries to one shared
     OOBTree and bump one shared BTrees.Length in every transaction, so that
     nearly every commit meets a concurrent change to the same objects and
@@ -397,12 +420,15 @@ def conflicts(db, threads, commits):
     workers = [threading.Thread(target=work, args=(i,))
                for i in range(threads)]
     settle()
+    mark = trips.mark()
     start = perf()
     for w in workers:
         w.start()
     for w in workers:
         w.join()
     seconds = perf() - start
+    end = {}
+    trips.record(end, mark, commit=threads * commits)
     if errors:
         raise errors[0]
     total = threads * commits
@@ -416,7 +442,7 @@ def conflicts(db, threads, commits):
     return {'seconds': seconds, 'commits': total, 'threads': threads,
             'rate': total / seconds, 'retries': retries,
             'resolved': None if None in resolved else sum(resolved),
-            'retry_count': sum(retries.values())}
+            'retry_count': sum(retries.values()), **end}
 
 
 def count_resolutions(conn, tally, index):
@@ -441,6 +467,7 @@ def count_resolutions(conn, tally, index):
 
 def cmd_read(args):
     import transaction
+    trips = round_trips(args)
     db = open_db(args.zconfig, args.objects)
     conn = db.open()
     transaction.begin()
@@ -470,10 +497,12 @@ def cmd_read(args):
 
     before = loads()
     settle()
+    mark = trips.mark()
     start = perf()
     count = read_all()
     cold = perf() - start
     cold_loads = loads() - before
+    cold_trips = trips.record({}, mark, object=count, load=cold_loads)
 
     # Warm: ZODB's object cache emptied (every object a ghost again, or
     # gone), so each object is loaded from the storage once more; what the
@@ -482,10 +511,12 @@ def cmd_read(args):
     conn.cacheMinimize()
     before = loads()
     settle()
+    mark = trips.mark()
     start = perf()
     read_all()
     warm = perf() - start
     warm_loads = loads() - before
+    warm_trips = trips.record({}, mark, object=count, load=warm_loads)
     if warm_loads != cold_loads:
         raise AssertionError(
             f'the warm read made {warm_loads} storage loads, the cold read '
@@ -493,11 +524,13 @@ def cmd_read(args):
 
     hot = []
     before = loads()
+    mark = trips.mark()
     for _ in range(args.hot_repeat):
         settle()
         start = perf()
         read_all()
         hot.append(perf() - start)
+    hot_trips = trips.record({}, mark, object=count * args.hot_repeat)
     if loads() != before:
         raise AssertionError('the hot read loaded objects from the storage')
     transaction.abort()
@@ -505,11 +538,11 @@ def cmd_read(args):
     db.close()
     return {'phases': {
         'cold_read': {'seconds': cold, 'objects': count, 'loads': cold_loads,
-                      'rate': count / cold},
+                      'rate': count / cold, **cold_trips},
         'warm_read': {'seconds': warm, 'objects': count, 'loads': warm_loads,
-                      'rate': count / warm},
+                      'rate': count / warm, **warm_trips},
         'hot_read': {'seconds': min(hot), 'objects': count,
-                     'rate': count / min(hot), 'runs': hot},
+                     'rate': count / min(hot), 'runs': hot, **hot_trips},
     }}
 
 
@@ -518,6 +551,7 @@ def cmd_prefetch(args):
     of the batch, then each object's state."""
     import transaction
     pairs = read_oids(args.oids)
+    trips = round_trips(args)
     db = open_db(args.zconfig, len(pairs))
     conn = db.open()
     transaction.begin()
@@ -533,6 +567,7 @@ def cmd_prefetch(args):
     storage.prefetch = counting_prefetch
     before = conn.getTransferCounts()[0]
     settle()
+    mark = trips.mark()
     start = perf()
     for first in range(0, len(pairs), args.batch):
         batch = pairs[first:first + args.batch]
@@ -541,6 +576,8 @@ def cmd_prefetch(args):
             check_item(key, conn.get(oid), args.version)
     seconds = perf() - start
     loads = conn.getTransferCounts()[0] - before
+    counted = trips.record({}, mark, object=len(pairs), load=loads,
+                           batch=-(-len(pairs) // args.batch))
     # A storage without prefetch (FileStorage): ZODB's adapter replaces
     # its own prefetch by a no-op at the first call, and nothing is
     # announced after that.
@@ -556,7 +593,7 @@ def cmd_prefetch(args):
     return {'phases': {'prefetch': {
         'seconds': seconds, 'objects': len(pairs), 'loads': loads,
         'batch': args.batch, 'storage_prefetch': supported,
-        'rate': len(pairs) / seconds}}}
+        'rate': len(pairs) / seconds, **counted}}}
 
 
 def state_of(data):
@@ -577,6 +614,7 @@ def cmd_load_single(args):
     import types
     import ZODB.config
     pairs = read_oids(args.oids)
+    trips = round_trips(args)
     storage = ZODB.config.storageFromString(args.zconfig)
     if hasattr(storage, 'new_instance'):
         instance = storage.new_instance()
@@ -586,11 +624,13 @@ def cmd_load_single(args):
     samples = []
     states = []
     settle()
+    mark = trips.mark()
     for oid, _ in pairs:
         start = perf()
         data, _tid = instance.load(oid)
         samples.append(perf() - start)
         states.append(data)
+    counted = trips.record({}, mark, load=len(pairs))
     for (_oid, key), data in zip(pairs, states):
         check_item(key, types.SimpleNamespace(**state_of(data)),
                    args.version)
@@ -600,7 +640,7 @@ def cmd_load_single(args):
     seconds = sum(samples)
     result = percentiles(samples)
     result.update(seconds=seconds, objects=len(pairs),
-                  rate=len(pairs) / seconds)
+                  rate=len(pairs) / seconds, **counted)
     return {'phases': {'load_single': result}}
 
 
@@ -652,36 +692,50 @@ def cmd_mp_worker(args):
     per_txn = args.per_txn
     name = f'mp{args.index}'
     phases = {}
+    trips = round_trips(args)
+    commits = -(-len(keys) // per_txn)
 
     def meet(phase):
         settle()
         barrier(args.barrier, phase, args.index, args.processes)
+        return trips.mark()
+
+    def done(phase, record, mark, **operations):
+        """The phase's record with its round trips; when they are counted,
+        the workers wait for one another before going on (roundtrips.py)."""
+        record = trips.record(record, mark, span=True, **operations)
+        if trips.counting:
+            barrier(args.barrier, f'{phase}-done', args.index,
+                    args.processes)
+        return record
 
     db = open_db(args.zconfig, args.objects)
     conn = db.open()
     transaction.begin()
     tree = conn.root()[name]
-    meet('add')
+    mark = meet('add')
     start = clock()
     for first in range(0, len(keys), per_txn):
         transaction.begin()
         for key in keys[first:first + per_txn]:
             tree[key] = Item(key)
         transaction.commit()
-    phases['mp_add'] = {'start': start, 'end': clock(),
-                        'objects': len(keys)}
+    phases['mp_add'] = done('add', {'start': start, 'end': clock(),
+                                    'objects': len(keys)}, mark,
+                            object=len(keys), commit=commits)
     verify_tree(db, name, keys, 0, sample=7)
 
     items = list(tree.values())
-    meet('update')
+    mark = meet('update')
     start = clock()
     for first in range(0, len(items), per_txn):
         transaction.begin()
         for item in items[first:first + per_txn]:
             item.bump()
         transaction.commit()
-    phases['mp_update'] = {'start': start, 'end': clock(),
-                           'objects': len(items)}
+    phases['mp_update'] = done('update', {'start': start, 'end': clock(),
+                                          'objects': len(items)}, mark,
+                               object=len(items), commit=commits)
     verify_tree(db, name, keys, 1, sample=7)
     conn.close()
     db.close()
@@ -690,7 +744,7 @@ def cmd_mp_worker(args):
     db = open_db(args.zconfig, args.objects)
     conn = db.open()
     transaction.begin()
-    meet('read')
+    mark = meet('read')
     start = clock()
     position = 0
     for key, item in conn.root()[name].items():
@@ -702,8 +756,10 @@ def cmd_mp_worker(args):
     if position != len(keys):
         raise AssertionError(f'{name}: {position} objects read, '
                              f'{len(keys)} stored')
-    phases['mp_read'] = {'start': start, 'end': end, 'objects': position,
-                         'loads': conn.getTransferCounts()[0]}
+    loads = conn.getTransferCounts()[0]
+    phases['mp_read'] = done('read', {'start': start, 'end': end,
+                                      'objects': position, 'loads': loads},
+                             mark, object=position, load=loads)
     transaction.abort()
     conn.close()
     db.close()
@@ -743,6 +799,7 @@ def cmd_random_read(args):
     other items never are); with ``--prefetch``, the sample's objects are
     announced first with ``Connection.prefetch`` (timed too)."""
     import transaction
+    trips = round_trips(args)
     db = open_db(args.zconfig, args.objects)
     conn = db.open()
     transaction.begin()
@@ -768,6 +825,7 @@ def cmd_random_read(args):
     storage.load = timed_load
     before = conn.getTransferCounts()[0]
     settle()
+    mark = trips.mark()
     start = perf()
     if oids is not None:
         conn.prefetch(oids)
@@ -775,6 +833,7 @@ def cmd_random_read(args):
         check_item(key, trees[name][key], args.version)
     seconds = perf() - start
     loads = conn.getTransferCounts()[0] - before
+    counted = trips.record({}, mark, object=len(sample), load=loads)
     # Read-ahead rows never asked for are counted as the transaction ends.
     transaction.abort()
     counters = read_ahead_counters(db.storage)
@@ -785,7 +844,7 @@ def cmd_random_read(args):
         'seconds': seconds, 'objects': len(sample), 'loads': loads,
         'rate': len(sample) / seconds,
         'per_load': in_load[0] / loads if loads else None,
-        'read_ahead': counters, 'seed': args.seed}}}
+        'read_ahead': counters, 'seed': args.seed, **counted}}}
 
 
 #: Per request of the mixed workload: objects looked up, then one bumped.
@@ -811,8 +870,10 @@ def cmd_mixed_worker(args):
     conn = db.open(tm)
     bumps = {}
     conflicts = 0
+    trips = round_trips(args)
     settle()
     barrier(args.barrier, 'mixed', args.index, args.processes)
+    mark = trips.mark()
     start = clock()
     for _ in range(args.requests):
         reads = rng.sample(every, REQUEST_READS)
@@ -832,6 +893,10 @@ def cmd_mixed_worker(args):
                 conflicts += 1
         bumps[key] = bumps.get(key, 0) + 1
     end = clock()
+    counted = trips.record({}, mark, span=True, request=args.requests)
+    if trips.counting:
+        # The others' requests are not done yet (see cmd_mp_worker).
+        barrier(args.barrier, 'mixed-done', args.index, args.processes)
     counters = read_ahead_counters(db.storage)
     conn.close()
     db.close()
@@ -839,7 +904,7 @@ def cmd_mixed_worker(args):
         json.dump(bumps, f)
     return {'phases': {'mixed': {
         'start': start, 'end': end, 'objects': args.requests,
-        'conflicts': conflicts, 'read_ahead': counters}}}
+        'conflicts': conflicts, 'read_ahead': counters, **counted}}}
 
 
 def cmd_mixed_check(args):
@@ -893,6 +958,9 @@ def parse_args(argv):
         p.add_argument('--patch-mariadb', action='store_true',
                        help='apply mariadb_patch.py first (RelStorage 4.3 '
                        'on MariaDB only)')
+        p.add_argument('--relay-control', metavar='HOST:PORT',
+                       help="the relay's control channel: record each "
+                       "phase's round trips (roundtrips.py)")
         if objects:
             p.add_argument('--objects', type=int, required=True)
         return p
@@ -944,8 +1012,6 @@ def main(argv=None):
     args = parse_args(argv)
     patched = None
     if getattr(args, 'patch_mariadb', False):
-        # -I leaves this file's directory off sys.path.
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         import mariadb_patch
         patched = mariadb_patch.apply()
     info = identify(args.expect_under)

@@ -4,9 +4,13 @@ ZEO server over a FileStorage.
 
 Always in the project's interpreter (which has psycopg2 and mysqlclient
 from the test extra).  ``database_for`` makes the database object of a
-backend from the server options of ``cli``.
+backend from the server options of ``cli``.  A server database's
+``through(port)`` is a copy whose storages and floor connect to a relay on
+that port of 127.0.0.1 instead (harness/roundtrips.py), while creating,
+dropping and counting still go to the server directly.
 """
 import contextlib
+import copy
 import shutil
 import socket
 import subprocess
@@ -33,9 +37,41 @@ class PostgreSQL:
                              "interpreter: pip install -e '.[test]'")
         self.psycopg2 = psycopg2
         self.base = dsn
+        #: The relay's port the storages connect to (None: the server).
+        self.client_port = None
 
     def dsn(self, dbname):
         return f'{self.base} dbname={dbname}'
+
+    def _keys(self):
+        return dict(word.split('=', 1) for word in self.base.split()
+                    if '=' in word)
+
+    def server(self):
+        """``(host, port)`` of the server over TCP, for a relay in front
+        of it: the dsn's host (127.0.0.1 when it names none, or a Unix
+        socket's directory) and port (default 5432)."""
+        keys = self._keys()
+        host = keys.get('hostaddr') or keys.get('host') or '127.0.0.1'
+        if host.startswith('/'):
+            host = '127.0.0.1'
+        return host, int(keys.get('port', 5432))
+
+    def through(self, port):
+        """A copy whose storages and floor connect to ``127.0.0.1:port``."""
+        routed = copy.copy(self)
+        routed.client_port = port
+        return routed
+
+    def client_dsn(self, dbname):
+        """What the storages and the floor connect with: the dsn, its host
+        and port replaced by the relay's when there is one."""
+        if self.client_port is None:
+            return self.dsn(dbname)
+        words = [word for word in self.base.split() if word.split('=', 1)[0]
+                 not in ('host', 'hostaddr', 'port')]
+        return ' '.join(words + ['host=127.0.0.1', f'port={self.client_port}',
+                                 f'dbname={dbname}'])
 
     @contextlib.contextmanager
     def _cursor(self, dbname='postgres'):
@@ -124,11 +160,11 @@ class PostgreSQL:
 
     def adapter(self, impl, name):
         """The ``<postgresql>`` section of either implementation."""
-        return (f'  <postgresql>\n    dsn {self.dsn(name)}\n'
+        return (f'  <postgresql>\n    dsn {self.client_dsn(name)}\n'
                 f'    driver psycopg2\n  </postgresql>')
 
     def floor_args(self, name):
-        return ['--dsn', self.dsn(name)]
+        return ['--dsn', self.client_dsn(name)]
 
 
 class MariaDB:
@@ -143,6 +179,27 @@ class MariaDB:
         self.MySQLdb = MySQLdb
         self.host, self.port, self.user, self.passwd = (
             host, port, user, passwd)
+        #: The relay's port the storages connect to (None: the server).
+        self.client_port = None
+
+    def server(self):
+        """``(host, port)`` of the server over TCP, for a relay in front
+        of it (``localhost`` means a Unix socket to the client library:
+        127.0.0.1 then)."""
+        host = '127.0.0.1' if self.host == 'localhost' else self.host
+        return host, self.port
+
+    def through(self, port):
+        """A copy whose storages and floor connect to ``127.0.0.1:port``."""
+        routed = copy.copy(self)
+        routed.client_port = port
+        return routed
+
+    def client(self):
+        """``(host, port)`` the storages and the floor connect to."""
+        if self.client_port is None:
+            return self.host, self.port
+        return '127.0.0.1', self.client_port
 
     def _admin(self, statement):
         conn = self.MySQLdb.connect(host=self.host, port=self.port,
@@ -240,7 +297,8 @@ class MariaDB:
         """The ``<mysql>`` section: the same keys in both implementations;
         the driver is mysqlclient on both sides (4.3 calls it MySQLdb)."""
         driver = 'mysqlclient' if impl == 'ours' else 'MySQLdb'
-        lines = [f'host {self.host}', f'port {self.port}',
+        host, port = self.client()
+        lines = [f'host {host}', f'port {port}',
                  f'user {self.user}', f'db {name}', f'driver {driver}']
         if self.passwd:
             lines.insert(3, f'passwd {self.passwd}')
@@ -248,8 +306,9 @@ class MariaDB:
         return f'  <mysql>\n{body}  </mysql>'
 
     def floor_args(self, name):
-        return ['--host', self.host, '--port', self.port, '--user',
-                self.user, '--passwd', self.passwd, '--db', name]
+        host, port = self.client()
+        return ['--host', host, '--port', port, '--user', self.user,
+                '--passwd', self.passwd, '--db', name]
 
 
 class SQLite:

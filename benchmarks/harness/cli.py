@@ -8,6 +8,7 @@ spelled and parsed the same way, and each script's own on top.
     parser.scaled('--objects', 20000, 2000, help='...')
     parser.repeat(3)
     parser.servers()                               # --pg-dsn, --mysql-*
+    parser.round_trips()                           # --round-trips, --rtt
     parser.results('latest.json')                  # --json, --keep-data
     args = parser.parse(argv)
 
@@ -86,6 +87,22 @@ class Parser(argparse.ArgumentParser):
                 help="SQLite's synchronous pragma for both sides; default "
                 'leaves each its own (FULL for ours, NORMAL for 4.3)')
 
+    def round_trips(self):
+        """``--round-trips`` and ``--rtt MS`` (harness/roundtrips.py).  After
+        ``parse``, ``args.rtt`` is the latency to add (0.0 with
+        ``--round-trips`` alone) or None when neither is given, and
+        ``args.round_trips`` is true with either."""
+        self.add_argument(
+            '--round-trips', action='store_true',
+            help="route every side's database connections through a relay "
+            'process (no added latency) and report the round trips per '
+            'operation of every phase; SQLite, FileStorage and ZEO are '
+            'skipped')
+        self.add_argument(
+            '--rtt', type=float, metavar='MS',
+            help='the same through a relay that adds MS milliseconds to '
+            'every round trip (half each way); the times include it')
+
     def results(self, name, quick_name=None, keep_data=True,
                 keep_help='keep the databases and files of the run'):
         """``--json`` (default ``benchmarks/results/NAME``, QUICK_NAME with
@@ -112,6 +129,13 @@ class Parser(argparse.ArgumentParser):
             name, quick_name = self._json
             args.json = str(RESULTS / (quick_name if quick and quick_name
                                        else name))
+        if hasattr(args, 'rtt'):
+            if args.rtt is not None:
+                if args.rtt < 0:
+                    self.error('--rtt must not be negative')
+                args.round_trips = True
+            elif args.round_trips:
+                args.rtt = 0.0
         if getattr(args, 'repeat', 1) is not None and \
                 getattr(args, 'repeat', 1) < 1:
             self.error('--repeat must be at least 1')

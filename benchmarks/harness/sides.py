@@ -5,7 +5,8 @@ whose ``relstorage`` must come from ``src/``), ``ref`` (RelStorage 4.3 in
 the reference venv, with the MariaDB patch on ``mysql``), ``floor`` (the
 bare driver, this interpreter, no relstorage), ``filestorage`` and
 ``zeo`` (this interpreter).  It builds the command line of a workload
-script run under its interpreter.
+script run under its interpreter, with ``--relay-control`` when its round
+trips are counted (``relay_control``, see harness/roundtrips.py).
 
 The sides of a comparison take turns: the first of a round goes last in
 the next (ABBA...), so that neither always meets the machine in the state
@@ -45,6 +46,9 @@ class Side:
         self.home = home or None
         self.flags = (['--patch-mariadb']
                       if backend == 'mysql' and impl == 'ref' else [])
+        #: The control channel of the relay its workloads count the round
+        #: trips of their phases through (None: not counted).
+        self.relay_control = None
 
     def script(self, name):
         """A console script of its interpreter (not resolved: a venv's
@@ -52,11 +56,15 @@ class Side:
         return Path(self.python).parent / name
 
     def command(self, command, *args, script=None):
-        """``python -I SCRIPT COMMAND --expect-under HOME FLAGS ARGS``."""
+        """``python -I SCRIPT COMMAND --expect-under HOME FLAGS ARGS``
+        (FLAGS: ``--patch-mariadb``, ``--relay-control HOST:PORT``)."""
         words = [self.python, '-I', script or self.program, command]
         if self.home is not None:
             words += ['--expect-under', self.home]
-        return [str(w) for w in words + self.flags + list(args)]
+        flags = list(self.flags)
+        if self.relay_control:
+            flags += ['--relay-control', self.relay_control]
+        return [str(w) for w in words + flags + list(args)]
 
     def start(self, command, *args, script=None, **options):
         """The workload process, started (see procs.Child)."""
