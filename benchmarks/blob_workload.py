@@ -30,6 +30,10 @@ Commands (each writes one JSON document to ``--out``):
     the same reads are timed again (warm: the files are in the blob
     directory now).  Every blob read is compared with what was stored,
     outside the timing (each blob's open and read is timed on its own).
+
+With ``--relay-control`` (blobs.py ``--round-trips``, ``--rtt``) each
+phase also records the round trips it made through the relay in front of
+the database, per blob (roundtrips.py).
 """
 import argparse
 import json
@@ -73,8 +77,10 @@ def open_db(zconfig):
 def cmd_store(args):
     import transaction
     from BTrees.OOBTree import OOBTree
+    from roundtrips import RoundTrips
     from ZODB.blob import Blob
 
+    trips = RoundTrips(args.relay_control)
     data = payloads(args.count, args.size)
     db = open_db(args.zconfig)
     conn = db.open()
@@ -83,6 +89,7 @@ def cmd_store(args):
     transaction.commit()
 
     write_seconds = commit_seconds = 0.0
+    mark = trips.mark()
     for index, payload in enumerate(data):
         transaction.begin()
         blob = Blob()
@@ -101,6 +108,7 @@ def cmd_store(args):
         end = perf()
         write_seconds += middle - start
         commit_seconds += end - middle
+    counted = trips.record({}, mark, blob=args.count)
 
     # Checked from a second connection: every blob is there.
     tm = transaction.TransactionManager()
@@ -117,11 +125,13 @@ def cmd_store(args):
         'seconds': commit_seconds, 'write_seconds': write_seconds,
         'blobs': args.count, 'bytes': total,
         'rate': args.count / commit_seconds,
-        'mb_rate': total / commit_seconds / 2**20}}}
+        'mb_rate': total / commit_seconds / 2**20, **counted}}}
 
 
 def cmd_load(args):
     import transaction
+    from roundtrips import RoundTrips
+    trips = RoundTrips(args.relay_control)
     db = open_db(args.zconfig)
     conn = db.open()
     transaction.begin()
@@ -146,6 +156,7 @@ def cmd_load(args):
 
     def read_all():
         seconds = 0.0
+        mark = trips.mark()
         for index, blob in enumerate(blobs):
             start = perf()
             with blob.open('r') as f:
@@ -162,9 +173,10 @@ def cmd_load(args):
                     f'blob {index} read back wrong: {size} bytes, '
                     f'{args.size} expected')
         total = args.count * args.size
-        return {'seconds': seconds, 'blobs': args.count, 'bytes': total,
-                'rate': args.count / seconds,
-                'mb_rate': total / seconds / 2**20}
+        return trips.record({'seconds': seconds, 'blobs': args.count,
+                             'bytes': total, 'rate': args.count / seconds,
+                             'mb_rate': total / seconds / 2**20}, mark,
+                            blob=args.count)
 
     phases = {'load_cold': read_all()}
     conn.cacheMinimize()
@@ -192,6 +204,9 @@ def parse_args(argv):
     parser.add_argument('--patch-mariadb', action='store_true',
                         help='apply mariadb_patch.py first (RelStorage 4.3 '
                         'on MariaDB only)')
+    parser.add_argument('--relay-control', metavar='HOST:PORT',
+                        help="the relay's control channel: record each "
+                        "phase's round trips (roundtrips.py)")
     return parser.parse_args(argv)
 
 

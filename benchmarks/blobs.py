@@ -15,7 +15,10 @@ database.  Neither side gets ``blob-cache-size`` (never trimmed) nor
 ``blob-chunk-size`` (1 MiB on both).  The sides alternate as in run.py;
 the figures are the medians of ``--repeat`` runs.  The environment, the
 reference venv, the databases and the MariaDB patch of RelStorage 4.3 are
-the harness's (``harness/``), as for run.py.  See README.rst.
+the harness's (``harness/``), as for run.py.  With ``--round-trips`` or
+``--rtt MS`` the storages connect through a relay process per server, as
+in run.py, and a table of round trips per blob follows each table
+(SQLite is skipped).  See README.rst.
 """
 import os
 import shutil
@@ -23,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import DATA, backends
+from harness import DATA, backends, roundtrips
 from harness.backends import BACKENDS, TITLES, fresh_dir, relstorage_zconfig
 from harness.cli import Parser
 from harness.environment import (digest_after, environment, finish,
@@ -94,7 +97,7 @@ def one_run(side, database, mode, size, count):
             'wall_seconds': stored['wall_seconds'] + loaded['wall_seconds']}
 
 
-def measure(backend, database, mode, size, args):
+def measure(backend, database, mode, size, args, relay_control=None):
     """``--repeat`` runs per side, alternating; the median of each figure.
 
     The order is ABBA ABBA...: with an even ``--repeat`` each side has as
@@ -109,6 +112,8 @@ def measure(backend, database, mode, size, args):
     232 522 224 486 241), hence a warm-up run before each cell."""
     nbytes, count = args.sizes[size]
     sides = [Side(impl, backend, WORKLOAD) for impl in IMPLS]
+    for side in sides:
+        side.relay_control = relay_control
     cell = {'blob_bytes': nbytes, 'blobs': count,
             'load_average': [os.getloadavg()[0]]}
     for side in sides:
@@ -143,6 +148,11 @@ def measure(backend, database, mode, size, args):
             for phase, _ in PHASES} if runs else None
         cell[side.impl]['write_seconds'] = [
             r['phases']['store']['write_seconds'] for r in runs]
+        if relay_control:
+            cell[side.impl]['round_trips'] = {
+                phase: roundtrips.medians(r['phases'][phase].get('relay')
+                                          for r in runs)
+                for phase, _ in PHASES}
     return cell
 
 
@@ -188,6 +198,21 @@ def table(backend, mode, cells):
     return lines, checks
 
 
+def round_trip_table(cells):
+    """Round trips per blob of one backend and mode: ours, RS 4.3 and ours
+    / RS 4.3 (< 1.0: ours makes fewer), the medians of the runs."""
+    header = ('size', 'phase', 'ours', 'RS 4.3', 'ours/4.3')
+    rows = []
+    for size, cell in cells.items():
+        for phase, label in PHASES:
+            o, r = (cell[impl].get('round_trips', {}).get(phase, {}).get(
+                'blob') for impl in IMPLS)
+            rows.append((size, label, roundtrips.fmt(o), roundtrips.fmt(r),
+                         f'{o / r:.2f}' if o is not None and r else '-'))
+    return ['Round trips per blob (through the relay):', ''] + render(
+        header, rows) + ['']
+
+
 def run_spread(cell, phase):
     """How far the runs of one side lie from each other in ``phase``: half
     the range of its run rates over their median, the larger of the two
@@ -224,6 +249,7 @@ def parse_args(argv):
                         help='blobs per measurement, e.g. 100m=2,1m=50 '
                         '(default 10k=500, 1m=100, 100m=5)')
     parser.servers()
+    parser.round_trips()
     parser.results('blobs.json', keep_data=False)
     args = parser.parse(argv)
     counts = {size: count for size, (_, count) in SIZES.items()}
@@ -233,11 +259,25 @@ def parse_args(argv):
             parser.error(f'--blobs: expected size=count, got {item!r}')
         counts[size] = int(count)
     args.sizes = {size: (SIZES[size][0], counts[size]) for size in args.sizes}
+    args.skipped = []
+    if args.round_trips:
+        args.skipped = [TITLES[b] for b in args.backends
+                        if b not in roundtrips.NETWORKED]
+        args.backends = [b for b in args.backends
+                         if b in roundtrips.NETWORKED]
+        if not args.backends:
+            parser.error('--round-trips and --rtt need postgresql or mysql '
+                         'in --backends')
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
+    with roundtrips.Relays(args.rtt) as relays:
+        return run(args, relays)
+
+
+def run(args, relays):
     started = time.monotonic()
     probes = prepare(IMPLS, HERE / 'workload.py', log)
     databases = {b: backends.database_for(b, args) for b in args.backends}
@@ -257,16 +297,30 @@ def main(argv=None):
         f'{args.repeat} runs; ratio = ours / RS 4.3 (> 1.0: ours is '
         'faster).  MiB = 2**20 bytes; sizes 10k = 10 KiB, 1m = 1 MiB, '
         '100m = 100 MiB.', '']
+    if relays.active:
+        lines += [
+            'Round trips: the storages of both sides connect through a '
+            'relay process adding '
+            + (f'{args.rtt:g} ms to every round trip (the times include '
+               f'it)' if args.rtt else 'no latency (the times include its '
+               'own cost)')
+            + '; its counts are read at the start and the end of each '
+            'phase.'] + roundtrips.skipped_note(args.skipped) + ['']
     show(lines)
     for backend, database in databases.items():
+        database = relays.route(backend, database)
         for mode in args.modes:
             cells = {}
             for size in args.sizes:
-                cells[size] = measure(backend, database, mode, size, args)
+                cells[size] = measure(backend, database, mode, size, args,
+                                      relays.control(backend))
             results.setdefault(backend, {})[mode] = cells
             text, found = table(backend, mode, cells)
             checks += found
+            if relays.active:
+                text += round_trip_table(cells)
             show(text, lines)
+    relays.stop()
     shutil.rmtree(BLOB_DIRS, ignore_errors=True)
     try:
         DATA.rmdir()    # when nothing else (run.py --keep-data) is there
@@ -289,7 +343,10 @@ def main(argv=None):
                      'repeat': args.repeat, 'keep_history': False,
                      'sqlite_synchronous': args.sqlite_synchronous,
                      'blob_chunk_size': 'default (1 MiB) on both sides',
-                     'blob_cache_size': 'unset on both sides'},
+                     'blob_cache_size': 'unset on both sides',
+                     'round_trips': args.round_trips, 'rtt': args.rtt,
+                     'skipped': args.skipped},
+        'relay': relays.describe() if relays.active else None,
         'results': results,
         'summary': {b: {m: {s: {impl: cells[s][impl]['median']
                                 for impl in IMPLS}
