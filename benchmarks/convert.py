@@ -43,7 +43,11 @@ mariadb_patch.py applied (``python -I -c``: ``mariadb_patch.apply()``, then
 4.3's ``relstorage.zodbconvert.main()``, what its script calls), which the
 report says.  RelStorage 4.3 cannot copy the default source into a
 history-free database (``KNOWN_FAILURES``: the deletion records of undone
-creations); ``--no-undo-adds`` makes a source without them.  See
+creations); ``--no-undo-adds`` makes a source without them.  With
+``--round-trips`` or ``--rtt MS`` the destinations are reached through a
+relay process per server, as in run.py, whose counts this script reads
+before and after each zodbconvert process: the report adds its round trips
+per record and per transaction of the source (SQLite is skipped).  See
 README.rst.
 """
 import json
@@ -53,7 +57,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import DATA, backends
+from harness import DATA, backends, roundtrips
 from harness.backends import (BACKENDS, MODES, TITLES, fresh_dir,
                               open_tables, relstorage_section)
 from harness.cli import Parser
@@ -261,10 +265,12 @@ def destination_counts(database, backend, name, mode, manifest):
     return out
 
 
-def one_run(side, database, backend, mode, source, manifest, args, tag):
+def one_run(side, database, backend, mode, source, manifest, args, tag,
+            relays=None):
     """One conversion into a fresh database, then its checks; returns its
     record (with ``error`` when a step failed: the steps before it
-    stand)."""
+    stand).  With ``relays`` (counting round trips), the conversion's
+    round trips are read from the relay before and after it."""
     name = f'convertbench_{side.impl}_{mode}'
     blob_dir = fresh_dir(WORK / f'{tag}-blobs')
     check_blobs = WORK / f'{tag}-check-blobs'
@@ -288,8 +294,12 @@ def one_run(side, database, backend, mode, source, manifest, args, tag):
             raise WorkloadFailed(f'{type(e).__name__}: {e}')
         step = 'convert'
         log(f'{where}: zodbconvert ({manifest["records"]:,} records)')
+        before = relays.counts(backend) if relays else None
         seconds, rss = measured(side.zodbconvert + [config],
                                     WORK / f'{tag}.log', args.timeout)
+        relay = roundtrips.difference(
+            before, before and relays.counts(backend),
+            record=manifest['records'], transaction=manifest['transactions'])
         # run_measured gives MiB; the target is in MB.
         record['convert'] = {'seconds': seconds,
                              'peak_rss_mb': rss * 2**20 / 1e6,
@@ -298,6 +308,8 @@ def one_run(side, database, backend, mode, source, manifest, args, tag):
                                  str(c) for c in side.zodbconvert)}
         record['convert']['log_tail'] = (
             WORK / f'{tag}.log').read_text().strip().splitlines()[-3:]
+        if relay:
+            record['convert']['relay'] = relay
         log(f'{where}: converted in {seconds:.1f}s '
             f'({manifest["records"] / seconds:,.0f} records/s), peak RSS '
             f'{record["convert"]["peak_rss_mb"]:.0f} MB')
@@ -370,12 +382,16 @@ def figures(entry, manifest):
         return {'seconds': None, 'records_s': None, 'transactions_s': None,
                 'peak_rss_mb': None, 'runs': 0, 'correct': False}
     seconds = median(r['seconds'] for r in runs)
-    return {'seconds': seconds,
-            'records_s': manifest['records'] / seconds,
-            'transactions_s': manifest['transactions'] / seconds,
-            'peak_rss_mb': max(r['peak_rss_mb'] for r in runs),
-            'runs': len(runs),
-            'correct': all(correct(r) is not False for r in entry['runs'])}
+    out = {'seconds': seconds,
+           'records_s': manifest['records'] / seconds,
+           'transactions_s': manifest['transactions'] / seconds,
+           'peak_rss_mb': max(r['peak_rss_mb'] for r in runs),
+           'runs': len(runs),
+           'correct': all(correct(r) is not False for r in entry['runs'])}
+    trips = roundtrips.medians(r.get('relay') for r in runs)
+    if trips:
+        out['round_trips'] = trips
+    return out
 
 
 def check_text(entry):
@@ -452,12 +468,32 @@ def table(backend, mode, cell, manifest):
                  f'{manifest["transactions"]:,} transactions over the '
                  f'zodbconvert process\'s wall time; ratio: RS 4.3 time / '
                  f'ours (> 1: ours is faster).')
+    lines += round_trip_lines(got)
     if not MODES[mode][1]:
         lines.append('history-free: both write the current record of each '
                      'object only; RS 4.3 reads them with the source\'s '
                      'record_iternext(), ours walks the transactions and '
                      'keeps the records still current.')
     return lines + [''], checks
+
+
+def round_trip_lines(got):
+    """The round trips of each side's zodbconvert per record and per
+    transaction of the source, and ours / RS 4.3 (< 1.0: ours makes
+    fewer); nothing when they were not counted."""
+    trips = {impl: (f or {}).get('round_trips') for impl, f in got.items()}
+    if not any(trips.values()):
+        return []
+    ours, ref = trips.get('ours') or {}, trips.get('ref') or {}
+    rows = []
+    for unit in ('record', 'transaction'):
+        o, r = ours.get(unit), ref.get(unit)
+        rows.append((f'per {unit}', roundtrips.fmt(o), roundtrips.fmt(r),
+                     f'{o / r:.2f}' if o is not None and r else '-'))
+    return ['', 'Round trips of the whole zodbconvert process (its '
+            'connections and the schema included; through the relay):',
+            ''] + render(('', 'ours', 'RS 4.3', 'ours/4.3'),
+                                    rows, right_from=1)
 
 
 def run_notes(impl, entry):
@@ -548,13 +584,29 @@ def parse_args(argv):
                         help='seconds any one step may take (default 6 h)')
     # SQLite's synchronous is left to each side.
     parser.servers(sqlite_synchronous=False)
+    parser.round_trips()
     parser.results('convert.json', keep_help='keep the databases, configs, '
                    'logs and blob directories of the run')
-    return parser.parse(argv)
+    args = parser.parse(argv)
+    args.skipped = []
+    if args.round_trips:
+        args.skipped = [TITLES[b] for b in args.backends
+                        if b not in roundtrips.NETWORKED]
+        args.backends = [b for b in args.backends
+                         if b in roundtrips.NETWORKED]
+        if not args.backends:
+            parser.error('--round-trips and --rtt need postgresql or mysql '
+                         'in --backends')
+    return args
 
 
 def main(argv=None):
     args = parse_args(argv)
+    with roundtrips.Relays(args.rtt) as relays:
+        return run(args, relays)
+
+
+def run(args, relays):
     started = time.monotonic()
     probes = prepare(args.sides, HERE / 'workload.py', log)
     for impl in args.sides:
@@ -586,12 +638,22 @@ def main(argv=None):
         'a sample of records and blobs and the last tid compared'
         + (', and ours checked by zodbconvert --verify.' if args.verify
            else '.'), '']
+    if relays.active:
+        lines += [
+            'Round trips: the destinations are reached through a relay '
+            'process adding '
+            + (f'{args.rtt:g} ms to every round trip (the times include '
+               f'it)' if args.rtt else 'no latency (the times include its '
+               'own cost)')
+            + '; its counts are read before and after each zodbconvert '
+            'process.'] + roundtrips.skipped_note(args.skipped) + ['']
     show(lines)
 
     results, checks = {}, []
     order = [impl for impl in IMPLS if impl in args.sides]
     turns = Turns()
     for backend, database in databases.items():
+        database = relays.route(backend, database)
         for mode in args.modes:
             sides = [Side(impl, backend) for impl in order]
             cell = {side.impl: {'runs': []} for side in sides}
@@ -599,11 +661,12 @@ def main(argv=None):
                 tag = f'{backend}-{mode}-{side.impl}-{round_ + 1}'
                 cell[side.impl]['runs'].append(one_run(
                     side, database, backend, mode, source, manifest, args,
-                    tag))
+                    tag, relays))
             results.setdefault(backend, {})[mode] = cell
             text, found = table(backend, mode, cell, manifest)
             checks += found
             show(text, lines)
+    relays.stop()
     if not args.keep_data:
         remove_work(results)
     sources = [r.get('src') for modes in results.values()
@@ -616,7 +679,9 @@ def main(argv=None):
             {s for s in sources if s})),
         'settings': {k: getattr(args, k) for k in (
             'backends', 'modes', 'sides', 'objects', 'quick', 'seed',
-            'undo_adds', 'repeat', 'verify')},
+            'undo_adds', 'repeat', 'verify', 'round_trips', 'rtt',
+            'skipped')},
+        'relay': relays.describe() if relays.active else None,
         'source': dict({k: v for k, v in manifest.items()
                         if k != 'samples'}, path=str(source)),
         'results': results,
