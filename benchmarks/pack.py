@@ -38,7 +38,15 @@ does not exist, the side packs with ``pack_workload.py pack`` instead
 and the report says so.  The environment, the reference venv, the
 databases and the MariaDB patch of RelStorage 4.3 (applied in the
 workload processes only: 4.3's zodbpack runs as published) are the
-harness's (``harness/``), as for run.py.  See README.rst.
+harness's (``harness/``), as for run.py.
+
+With ``--round-trips`` or ``--rtt MS`` every step reaches the database
+through a relay process, as in run.py, and the pack process through a
+second relay of its own (a config file of its own), whose counts this
+script reads before and after each pack: the writer's commits during the
+first pack cross the other relay and are not counted with the pack's.  The
+report adds each pack's round trips, in all and per 1,000 object_state
+rows before it.  See README.rst.
 """
 import collections
 import json
@@ -49,7 +57,7 @@ import threading
 import time
 from pathlib import Path
 
-from harness import DATA, backends
+from harness import DATA, backends, roundtrips
 from harness.backends import MODES, TITLES, count_rows, relstorage_zconfig
 from harness.cli import Parser
 from harness.environment import (digest_after, environment, finish,
@@ -243,15 +251,36 @@ def settle(database, where, args):
     return seconds
 
 
-def one_side(side, database, backend, mode, args):
+def one_side(side, database, backend, mode, args, relays):
     """Every step for one side; returns its record (with ``error`` when a
-    step failed: the steps before it stand)."""
+    step failed: the steps before it stand).  With ``relays`` active, the
+    packs go through a relay of their own, whose counts are read around
+    each pack."""
     name = f'packbench_{side.impl}_{mode}'
     tag = f'{backend}-{mode}-{side.impl}'
     config = WORK / f'{tag}.conf'
+    options = args.ours_option if side.impl == 'ours' else ()
     config.write_text(relstorage_zconfig(
-        database, side.impl, name, MODES[mode][1],
-        args.ours_option if side.impl == 'ours' else ()))
+        relays.route(backend, database), side.impl, name, MODES[mode][1],
+        options))
+    pack_config = config
+    if relays.active:
+        pack_config = WORK / f'{tag}-pack.conf'
+        pack_config.write_text(relstorage_zconfig(
+            relays.route(backend, database, 'pack'), side.impl, name,
+            MODES[mode][1], options))
+
+    def pack(step, rows_before):
+        before = relays.counts(backend, 'pack')
+        out = side.pack(pack_config, args.days, WORK / f'{tag}-{step}.log',
+                        args.timeout)
+        relay = roundtrips.difference(
+            before, before and relays.counts(backend, 'pack'),
+            pack=1, kilo_row=rows_before / 1000)
+        if relay:
+            out['relay'] = relay
+        return out
+
     record = {'database': name, 'config': str(config), 'rows': {},
               'server_settings': database.settings(),
               'options': list(args.ours_option) if side.impl == 'ours'
@@ -287,9 +316,8 @@ def one_side(side, database, backend, mode, args):
         try:
             writer.wait_ready()
             sampler = ServerSampler(database, name)
-            record['pack1'] = side.pack(config, args.days,
-                                        WORK / f'{tag}-pack1.log',
-                                        args.timeout)
+            record['pack1'] = pack('pack1', record['rows']['built'].get(
+                'object_state', 0))
         finally:
             if sampler is not None:
                 record['server_pack1'] = sampler.stop()
@@ -322,9 +350,8 @@ def one_side(side, database, backend, mode, args):
 
             step = 'second pack'
             log(f'{where}: second pack')
-            record['pack2'] = side.pack(config, args.days,
-                                        WORK / f'{tag}-pack2.log',
-                                        args.timeout)
+            record['pack2'] = pack('pack2', record['rows']['grown'].get(
+                'object_state', 0))
             log(f'{where}: second pack {record["pack2"]["seconds"]:.1f}s, '
                 f'peak RSS {record["pack2"]["peak_rss_mb"]:.0f} MiB')
             record['rows']['pack2'] = count_rows(database, backend, name)
@@ -392,7 +419,40 @@ def figures(record):
         rows = get('rows', when)
         out[f'rows_{when}'] = sum(rows.values()) if rows else None
         out[f'states_{when}'] = rows.get('object_state') if rows else None
+    for step in ('pack1', 'pack2'):
+        trips = roundtrips.per_operation(get(step, 'relay'))
+        if trips:
+            out[f'rt_{step}'] = trips['pack']
+            out[f'rt_{step}_krow'] = trips.get('kilo_row')
     return out
+
+
+#: The round-trip table: (key, label).
+ROUND_TRIP_ROWS = (
+    ('rt_pack1', 'first pack, in all'),
+    ('rt_pack1_krow', '  per 1,000 object_state rows before it'),
+    ('rt_pack2', 'second pack, in all'),
+    ('rt_pack2_krow', '  per 1,000 object_state rows before it'),
+)
+
+
+def round_trip_lines(got):
+    """Each pack's round trips (the pack process's relay), ours, RS 4.3
+    and ours / RS 4.3 (< 1.0: ours makes fewer); nothing when they were
+    not counted."""
+    ours, ref = got.get('ours', {}), got.get('ref', {})
+    rows = []
+    for key, label in ROUND_TRIP_ROWS:
+        o, r = ours.get(key), ref.get(key)
+        if o is None and r is None:
+            continue
+        rows.append((label, roundtrips.fmt(o), roundtrips.fmt(r),
+                     f'{o / r:.2f}' if o is not None and r else '-'))
+    if not rows:
+        return []
+    return ['', 'Round trips of the pack process (start-up included; '
+            'through a relay of its own):', ''] + render(
+                ('pack', 'ours', 'RS 4.3', 'ours/4.3'), rows, right_from=1)
 
 
 def fmt(value, unit):
@@ -518,6 +578,7 @@ def table(backend, mode, records, args):
             lines.append(f'{label} FAILED in {record["error"]}')
     lines.append('ratio: RS 4.3 time / ours (> 1: ours is faster); the '
                  'targets are checked on ours.')
+    lines += round_trip_lines(got)
     return lines + [''], checks
 
 
@@ -571,6 +632,7 @@ def parse_args(argv):
     parser.add_argument('--timeout', type=float, default=6 * 3600,
                         help='seconds any one step may take (default 6 h)')
     parser.servers(sqlite_synchronous=False)
+    parser.round_trips()
     parser.results('pack.json', keep_help='keep the databases, configs and '
                    'logs')
     return parser.parse(argv)
@@ -578,6 +640,11 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
+    with roundtrips.Relays(args.rtt) as relays:
+        return run(args, relays)
+
+
+def run(args, relays):
     started = time.monotonic()
     probes = prepare(args.sides, HERE / 'workload.py', log)
     databases = {b: backends.database_for(b, args) for b in args.backends}
@@ -607,6 +674,15 @@ def main(argv=None):
     if args.ours_option:
         lines[-1:-1] = [f'Our <relstorage> section adds: '
                         f'{"; ".join(args.ours_option)} (--ours-option).']
+    if relays.active:
+        lines[-1:-1] = [
+            'Round trips: every step reaches the database through a relay '
+            'process adding '
+            + (f'{args.rtt:g} ms to every round trip (the times include '
+               f'it)' if args.rtt else 'no latency (the times include its '
+               'own cost)')
+            + '; the pack process through a relay of its own, read before '
+            'and after each pack.']
     for backend, database in databases.items():
         settings = database.settings()
         if settings:
@@ -622,12 +698,14 @@ def main(argv=None):
             records = {}
             for _, impl in turns.rounds(order, 1):
                 records[impl] = one_side(Side(impl, backend, args),
-                                         database, backend, mode, args)
+                                         database, backend, mode, args,
+                                         relays)
             records = {impl: records[impl] for impl in order}
             results.setdefault(backend, {})[mode] = records
             text, found = table(backend, mode, records, args)
             checks += found
             show(text, lines)
+    relays.stop()
     if not args.keep_data:
         for path in WORK.glob('*'):
             path.unlink()
@@ -646,7 +724,9 @@ def main(argv=None):
         'settings': {k: getattr(args, k) for k in (
             'backends', 'modes', 'sides', 'objects', 'quick', 'seed', 'grow',
             'writer_seconds', 'writer_pause', 'days', 'ours_zodbpack',
-            'ref_zodbpack', 'ours_option', 'ref_first_pack_only')},
+            'ref_zodbpack', 'ours_option', 'ref_first_pack_only',
+            'round_trips', 'rtt')},
+        'relay': relays.describe() if relays.active else None,
         'results': results,
         'summary': {b: {m: {impl: figures(r) for impl, r in records.items()}
                         for m, records in modes.items()}
