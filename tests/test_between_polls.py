@@ -1,16 +1,18 @@
 """Reads between polls.
 
 ZODB polls at the end of every transaction (``afterCompletion``, after
-``sync(False)``) to learn what others changed; relstorage answers that poll
-without leaving a read snapshot open (from the round trip of its own COMMIT
-after a commit, else with one statement), so that no database session sits
-inside a transaction while the application is idle.  A read before the next
-poll (an application that goes on without ``transaction.begin()``) starts a
-snapshot whose objects changed since the poll are *moved*: ZODB still holds
-their older state, so the storage gives the state as of the poll where
-history holds it, and ReadConflictError where it does not.  The next poll
-reports them.
+``sync(False)``), and that poll opens a snapshot for an application that
+reads on without ``transaction.begin()``.  So that no database session sits
+inside a transaction while the application is idle, a thread ends that
+snapshot once it has served no load for a while (relstorage.storage.idle),
+and with explicit transactions there is no such poll at all.  A read after
+that starts a snapshot whose objects changed since the poll are *moved*:
+ZODB still holds their older state, so the storage gives the state as of
+the poll where history holds it, and ReadConflictError where it does not
+(as ZODB's own MVCC adapter does).  The next poll reports them.
 """
+import time
+
 import pytest
 import transaction
 import ZODB
@@ -21,6 +23,8 @@ from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.tests.StorageTestBase import zodb_unpickle
 from ZODB.utils import z64
+
+from relstorage.storage import idle
 
 
 def _commit(storage, oid, serial, value):
@@ -35,7 +39,17 @@ def _value(storage, oid):
     return zodb_unpickle(storage.load(oid)[0]).value
 
 
-def test_the_poll_that_ends_a_transaction_leaves_no_snapshot(open_storage):
+def _wait_ended(storage):
+    deadline = time.monotonic() + 5
+    while True:
+        with storage._lock:
+            if storage._snapshot_tid is None and not storage._rollback_due:
+                return
+        assert time.monotonic() < deadline, 'the snapshot stayed open'
+        time.sleep(idle.IDLE_END / 4)
+
+
+def test_the_snapshot_between_transactions_ends_when_unused(open_storage):
     root = open_storage()
     reader = root.new_instance()
     try:
@@ -46,8 +60,13 @@ def test_the_poll_that_ends_a_transaction_leaves_no_snapshot(open_storage):
         reader.afterCompletion()
         reader.sync(False)
         assert reader.poll_invalidations() == []
-        assert reader._snapshot_tid is None
-        assert not reader._rollback_due
+        # Read at once, it is still there: no moved objects, no new
+        # snapshot.
+        snapshot = reader._snapshot_tid
+        assert snapshot is not None
+        assert _value(reader, oid) == 1
+        assert reader._snapshot_tid == snapshot
+        _wait_ended(reader)
     finally:
         reader.release()
 
@@ -64,6 +83,7 @@ def test_a_read_between_polls_sees_the_polled_state(open_storage,
         reader.afterCompletion()
         reader.sync(False)
         assert reader.poll_invalidations() == []
+        _wait_ended(reader)
         # Another client changes one object before this one reads again
         # (without a poll: no transaction.begin()).
         _commit(root, changed, tid, 2)

@@ -27,7 +27,7 @@ EXPECTED = {
     'prefetch of 100 objects': 1,
     'transaction begun and aborted, nothing changed': 2,
     'the same, explicit transactions': 1,
-    'one-object commit, its polls included': 3,
+    'one-object commit, its polls included': 4,
 }
 
 

@@ -51,13 +51,3 @@ class Poller:
         if after_tid is None or last <= after_tid:
             return last, []
         return last, self.changes(cursor, after_tid, last)
-
-    def poll_alone(self, connmanager, conn, cursor, after_tid,
-                   end_previous=False):
-        """Like ``begin_and_poll``, but the connection is left outside any
-        transaction.  By default a snapshot, then its ROLLBACK."""
-        try:
-            return self.begin_and_poll(connmanager, conn, cursor, after_tid,
-                                       end_previous)
-        finally:
-            connmanager.rollback(conn, cursor)

@@ -15,10 +15,6 @@ class TransactionControl:
     #: The whole last step of a commit in one call, where the database
     #: allows it (see ITransactionControl); None: the core runs the steps.
     finish_and_commit = None
-    #: The poller's POLL statement (``%s``: the tid after which changes are
-    #: wanted), where finish_and_commit can run it after its COMMIT in the
-    #: same round trip (``poll_after``); None where it cannot.
-    poll_sql = None
     #: ``(rows, bytes)``: the largest commit whose rows finish_and_commit
     #: takes as an argument instead of from the staging table; None: it
     #: never does.

@@ -29,7 +29,6 @@ from ZODB.POSException import ReadConflictError
 from ZODB.POSException import StorageTransactionError
 from ZODB.utils import p64
 
-from relstorage.adapters.poll import split_poll
 from relstorage.blobs.base import no_blob_dir
 from relstorage.tids import choose_tid
 
@@ -76,9 +75,6 @@ class PendingTransaction:
         self.read_current = {}
         self.resolved = []
         self.voted = False
-        #: ``(last tid, changes)`` read after the COMMIT (finish's
-        #: ``poll_after``), or None.
-        self.polled = None
         #: The highest oid this transaction creates (a new object, or any
         #: record of a restore), -1 if none: only such oids may lie beyond
         #: what the allocator handed out (an existing object's was handed
@@ -266,38 +262,29 @@ class PendingTransaction:
 
     # -- phase 3 -------------------------------------------------------
 
-    def finish(self, allocated_through=None, commit=True, poll_after=None):
+    def finish(self, allocated_through=None, commit=True):
         """Publish under the commit lock and commit; returns the int tid.
         Oids above ``allocated_through`` (the highest the allocator handed
         this process) move the allocator past them.  With ``commit`` false
         (a restore batch) the database transaction stays open, its staging
-        table emptied for the next commit.  With ``poll_after`` (a tid),
-        where the database reads the changes after it in the same round
-        trip as the COMMIT, ``polled`` is ``(last tid, changes)`` after the
-        COMMIT (else None)."""
+        table emptied for the next commit."""
         adapter, cursor = self.adapter, self.cursor
-        txncontrol = adapter.txncontrol
         simple = (commit and self.requested_tid is None
                   and not self.superseded and not self.blobs and (
                       self.max_oid < 0 or allocated_through is None
                       or self.max_oid <= allocated_through))
-        if simple and txncontrol.finish_and_commit is not None:
+        if simple and adapter.txncontrol.finish_and_commit is not None:
             # The database does the whole step in one call.
-            rows = None
-            if self._inline:
-                # Without restores (not simple) the dict is in store order.
-                rows = [(oid, prev_tid, state, data_txn)
-                        for oid, (prev_tid, state, data_txn)
-                        in self._rows.items()]
-            if poll_after is None or txncontrol.poll_sql is None:
-                return txncontrol.finish_and_commit(
+            if not self._inline:
+                return adapter.txncontrol.finish_and_commit(
                     cursor, self.user, self.description, self.extension,
-                    self.status, rows=rows)
-            tid, rows = txncontrol.finish_and_commit(
+                    self.status)
+            # Without restores (not simple) the dict is in store order.
+            return adapter.txncontrol.finish_and_commit(
                 cursor, self.user, self.description, self.extension,
-                self.status, rows=rows, poll_after=poll_after)
-            self.polled = split_poll(rows)
-            return tid
+                self.status, rows=[(oid, prev_tid, state, data_txn)
+                                   for oid, (prev_tid, state, data_txn)
+                                   in self._rows.items()])
         if (self.requested_tid is not None and not self.superseded
                 and not self.blobs
                 and adapter.txncontrol.finish_restore is not None):

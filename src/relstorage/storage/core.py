@@ -165,12 +165,11 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
         # A snapshot started between polls (see snapshot.py): {oid: tid} of
         # what changed after _polled_tid, which ZODB has not been told.
         self._moved = {}
-        # The next poll (ZODB's after the end of a transaction) leaves no
-        # snapshot open (sync(False)).
-        self._poll_alone = False
-        # (last tid, changes after _polled_tid) read after this instance's
-        # last COMMIT, for the poll that follows; None once used or stale.
-        self._finish_poll = None
+        # The next poll is ZODB's at the end of a transaction (after
+        # sync(False)), and then the snapshot it opened is one between
+        # transactions, which the idle thread ends once unused (idle.py).
+        self._end_poll = False
+        self._between = False
         # The newest tid this instance has seen (snapshots and its own
         # commits), and (snapshot tid, seen) while the snapshot is older.
         self._seen_tid = None
@@ -580,6 +579,9 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
                         f'{self._name}: another thread kept this storage '
                         f'committing for longer than commit-lock-timeout '
                         f'({self._options.commit_lock_timeout:g}s)')
+            # The snapshot serves this transaction now (one that began
+            # without transaction.begin()): the idle thread leaves it.
+            self._between = False
             if self._batch_from is not None:
                 # The restore batch's database transaction goes on.
                 cursor = self._store_cursor
@@ -695,16 +697,9 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
             if not txn.voted:
                 self.tpc_vote(transaction)
             batch = self._batching and txn.requested_tid is not None
-            # The poll that ZODB makes when the transaction ends is read
-            # after the COMMIT, in its round trip, where the database can:
-            # _poll_without_snapshot takes it from there.
-            poll_after = self._polled_tid
-            if batch or self._adapter.connmanager.uses_replicas:
-                poll_after = None
             try:
                 with self._adapter.connmanager.translate():
-                    tid = txn.finish(self._oids.highest, commit=not batch,
-                                     poll_after=poll_after)
+                    tid = txn.finish(self._oids.highest, commit=not batch)
             except DisconnectedError as e:
                 if batch or self._batch_from is not None:
                     raise       # a restore batch is lost either way
@@ -728,7 +723,6 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
             self._ltid = tid_bytes = p64(tid)
             self._own_tids.add(tid)
             self._saw(tid)
-            self._finish_poll = txn.polled
             self._counters.committed(txn)
             committed = txn.committed_states()
             if not batch:

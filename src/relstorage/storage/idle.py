@@ -13,8 +13,18 @@ transaction, holding back what PostgreSQL's VACUUM and InnoDB's purge may
 remove.  One daemon thread per process ends such snapshots ``IDLE_END``
 seconds after they were left: it sends the due ROLLBACK itself, unless the
 storage instance is busy at that moment (then the instance's own next
-statement carries it).  The thread waits on a condition while nothing is
-due, and keeps only weak references to the instances.
+statement carries it).
+
+The poll ZODB makes at the end of a transaction (implicit transactions)
+opens a snapshot too, for an application that reads on without
+``transaction.begin()``; in a server between requests nothing reads it.
+The thread ends it once it has served no load for ``IDLE_BETWEEN``
+seconds.  A read after that starts a snapshot again, in which what others
+changed since the poll is *moved* (``snapshot.py``): ZODB still holds the
+polled view.
+
+The thread waits on a condition while nothing is due, and keeps only weak
+references to the instances.
 """
 import threading
 import time
@@ -24,6 +34,10 @@ import weakref
 #: thread ends it.
 IDLE_END = 0.1
 
+#: Seconds without a load after which the thread ends the snapshot that
+#: ZODB's poll at the end of a transaction opened (see below).
+IDLE_BETWEEN = 0.4
+
 
 class _Ender:
 
@@ -32,13 +46,15 @@ class _Ender:
         self._due = {}      # id(instance) -> (deadline, weakref)
         self._thread = None
 
-    def due(self, instance, delay=None):
-        """End ``instance``'s snapshot ``delay`` seconds from now (default
-        ``IDLE_END``) if its ROLLBACK is still due then: the instance's
-        ``_end_idle_snapshot``."""
+    def due(self, instance, delay=None, loads=None):
+        """``delay`` seconds from now (default ``IDLE_END``) call the
+        instance's ``_end_idle_snapshot(loads)``: it ends a snapshot whose
+        ROLLBACK is still due, or (``loads``: the instance's load count
+        now) a snapshot between transactions that served no load since."""
         deadline = time.monotonic() + (IDLE_END if delay is None else delay)
         with self._ready:
-            self._due[id(instance)] = (deadline, weakref.ref(instance))
+            self._due[id(instance)] = (deadline, weakref.ref(instance),
+                                       loads)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name='relstorage-idle-snapshots',
@@ -57,17 +73,17 @@ class _Ender:
                 while not self._due:
                     self._ready.wait()
                 now = time.monotonic()
-                soonest = min(deadline for deadline, _ in self._due.values())
+                soonest = min(entry[0] for entry in self._due.values())
                 if soonest > now:
                     self._ready.wait(soonest - now)
                     continue
-                ready = [key for key, (deadline, _) in self._due.items()
-                         if deadline <= now]
-                refs = [self._due.pop(key)[1] for key in ready]
-            for ref in refs:
+                ready = [key for key, entry in self._due.items()
+                         if entry[0] <= now]
+                entries = [self._due.pop(key) for key in ready]
+            for _, ref, loads in entries:
                 instance = ref()
                 if instance is not None:
-                    instance._end_idle_snapshot()
+                    instance._end_idle_snapshot(loads)
 
 
 #: The process's one ender.

@@ -101,8 +101,6 @@ class SnapshotMethods:
         if self._load_conn is None:
             self._load_conn, self._load_cursor = cm.open_load()
             self._rollback_due = False
-        # A poll read after a COMMIT is older than this snapshot.
-        self._finish_poll = None
         self._snapshot_tid, changes = self._adapter.poller.begin_and_poll(
             cm, self._load_conn, self._load_cursor, after_tid,
             self._rollback_due)
@@ -124,6 +122,7 @@ class SnapshotMethods:
         """End the snapshot.  ``now`` False, where a new snapshot starts
         right after (a poll), leaves the ROLLBACK to the round trip that
         starts it."""
+        self._between = False
         if self._snapshot_tid is not None:
             self._snapshot_tid = None
             self._moved = {}
@@ -147,15 +146,28 @@ class SnapshotMethods:
         if self._rollback_due:
             idle.ender.due(self)
 
-    def _end_idle_snapshot(self):
-        """Called by the idle thread: send the ROLLBACK if it is still due,
-        unless the instance is busy (its next statement carries it)."""
+    def _end_idle_snapshot(self, loads=None):
+        """Called by the idle thread (relstorage.storage.idle): send the
+        ROLLBACK if it is still due, unless the instance is busy (its next
+        statement carries it); with ``loads``, end the snapshot between
+        transactions if it served no load since the count was ``loads``."""
         if not self._lock.acquire(blocking=False):
+            if loads is not None:
+                idle.ender.due(self, idle.IDLE_BETWEEN, -1)
             return
         try:
-            if (self._rollback_due and self._snapshot_tid is None
-                    and self._load_conn is not None and not self._closed):
+            if self._closed or self._load_conn is None:
+                return
+            if self._rollback_due and self._snapshot_tid is None:
                 self._end_snapshot()
+            elif (loads is not None and self._between
+                    and self._snapshot_tid is not None and self._txn is None):
+                if self._counters.loads != loads:
+                    # Read since: look again later.
+                    idle.ender.due(self, idle.IDLE_BETWEEN,
+                                   self._counters.loads)
+                else:
+                    self._end_snapshot()
         except Exception as e:
             # Whatever went wrong (the database dropped the connection), the
             # next snapshot starts on a new one.
@@ -179,8 +191,7 @@ class SnapshotMethods:
     # -- IMVCCStorage: polling -------------------------------------------
 
     def poll_invalidations(self):
-        """Start a new snapshot (after sync(False), only read what changed:
-        ``_poll_without_snapshot``); return the oids changed by others since
+        """Start a new snapshot; return the oids changed by others since
         the last poll ([] on the first), or None if the database went back
         in time and every cached object must go."""
         with self._lock:
@@ -188,15 +199,12 @@ class SnapshotMethods:
             # The old snapshot ends in the round trip that starts the new.
             self._end_snapshot(now=False)
             prev = self._polled_tid
-            alone, self._poll_alone = self._poll_alone, False
-            if alone:
-                polled = self._poll_without_snapshot(prev)
-                if polled is None:
-                    alone = False
-                else:
-                    last, changes = polled
-            if not alone:
-                changes = self._start_snapshot(prev)
+            changes = self._start_snapshot(prev)
+            self._between, self._end_poll = self._end_poll, False
+            if self._between:
+                # Between transactions: ended once unused (idle.py).
+                idle.ender.due(self, idle.IDLE_BETWEEN,
+                               self._counters.loads)
             cursor = self._load_cursor
             self._counters.polls += 1
             if self._stale is not None:
@@ -206,11 +214,8 @@ class SnapshotMethods:
                     # reported then.
                     return []
                 return self._go_back()
-            new = self._polled_tid = last if alone else self._snapshot_tid
+            new = self._polled_tid = self._snapshot_tid
             own, self._own_tids = self._own_tids, set()
-            if cursor is None:
-                # A poll after a commit, on an instance that never read.
-                cursor = self._writer_cursor()
             if prev is None or new == prev:
                 self._advance_cache(cursor, None, new, ())
                 return []
@@ -218,40 +223,6 @@ class SnapshotMethods:
             changed = [p64(oid) for oid, tid in changes if tid not in own]
             self._counters.invalidations += len(changed)
             return changed
-
-    def _poll_without_snapshot(self, after_tid):
-        """The poll ZODB makes when a transaction ends (after sync(False)):
-        the changes after ``after_tid`` read in a statement of its own, so
-        that no snapshot stays open while the application may be idle; a
-        read before the next poll starts one (``_start_between_polls``).
-        None where a replica or restored database might be behind (the
-        usual poll handles that)."""
-        cm = self._adapter.connmanager
-        finished, self._finish_poll = self._finish_poll, None
-        if cm.uses_replicas or after_tid is None:
-            return None
-        if finished is not None:
-            # Read after this instance's COMMIT, in its round trip.
-            last, changes = finished
-            self._saw(last)
-            return last, changes
-
-        def poll():
-            if self._load_conn is None:
-                self._load_conn, self._load_cursor = cm.open_load()
-                self._rollback_due = False
-            return self._adapter.poller.poll_alone(
-                cm, self._load_conn, self._load_cursor, after_tid,
-                self._rollback_due)
-
-        last, changes = retry_if_disconnected(
-            cm, 'polling', poll, self._drop_load_connection)
-        self._rollback_due = False
-        if last < max(after_tid, self._seen_tid or 0):
-            # Gone back in time: the usual poll (a snapshot) says what to do.
-            return None
-        self._saw(last)
-        return last, changes
 
     def _go_back(self):
         """Go on from a snapshot older than what this instance saw: every
@@ -299,11 +270,10 @@ class SnapshotMethods:
                 # ZODB polls right after (newTransaction): the ROLLBACK
                 # goes with the poll's round trip.
                 self._end_snapshot(now=False)
-                self._poll_alone = False
+                self._end_poll = False
             else:
-                # ZODB's poll at the end of a transaction follows: it need
-                # not leave a snapshot open (_poll_without_snapshot).
-                self._poll_alone = True
+                # ZODB's poll at the end of a transaction follows.
+                self._end_poll = True
 
     def afterCompletion(self):
         # End the read transaction so that no database session sits idle

@@ -93,7 +93,6 @@ class MySQLAdapter(Adapter):
                 cm, self.mover.MOVE_FROM_TEMP, self.mover.move_rows)
             self.history = history.HistoryFreeHistory()
             self.packer = pack.HistoryFreePacker(cm)
-        self.txncontrol.poll_sql = self.poller.POLL
 
     def database_size(self):
         conn = self.connmanager.connect()

@@ -342,13 +342,6 @@ class MySQLConnectionManager(ConnectionManager):
             return f'{GALERA_SNAPSHOT_BEGIN}; {first_read}; {SYNC_WAIT_OFF}'
         return f'{SNAPSHOT_BEGIN}; {first_read}'
 
-    def read_statements(self, read):
-        """``read`` as a transaction of its own (autocommit), seeing every
-        commit the cluster acknowledged where it is a Galera node."""
-        if self.galera:
-            return f'{SYNC_WAIT_ON}; {read}; {SYNC_WAIT_OFF}'
-        return read
-
     def begin_snapshot(self, conn, cursor):
         if self.galera:
             run_batch(cursor, self.snapshot_statements(READ_LAST_TID))

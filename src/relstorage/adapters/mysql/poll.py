@@ -26,16 +26,6 @@ class _MySQLPoller(Poller):
         return split_poll(results[-1])
 
 
-    def poll_alone(self, connmanager, conn, cursor, after_tid,
-                   end_previous=False):
-        # With autocommit on, the poll is a transaction of its own.
-        rollback = 'ROLLBACK; ' if end_previous else ''
-        results = run_batch(
-            cursor, rollback + connmanager.read_statements(self.POLL),
-            (NO_CHANGES if after_tid is None else after_tid,))
-        return split_poll(results[-1])
-
-
 class HistoryPreservingPoller(_MySQLPoller):
     CHANGES = """
         SELECT zoid, tid FROM current_object WHERE tid > %s AND tid <= %s"""

@@ -75,10 +75,9 @@ class _MySQLTransactionControl(TransactionControl):
             + self._restore_tail)
 
     def finish_and_commit(self, cursor, user, description, extension,
-                          status, rows=None, poll_after=None):
+                          status, rows=None):
         """The whole last step and the COMMIT in one round trip; returns
-        the tid.  With ``poll_after`` (a tid), ``(tid, (last, changes))``:
-        ``poll_sql`` after the COMMIT, in the same round trip."""
+        the tid."""
         params = ()
         if self.INSERT_TRANSACTION is not None:
             params = (status == 'p', user, description, extension)
@@ -91,20 +90,9 @@ class _MySQLTransactionControl(TransactionControl):
             if batch is None:
                 batch = self._finish[guard] = ';\n'.join(
                     self._head + self._moves + tail)
-        if poll_after is not None:
-            # After the COMMIT autocommit is on again: the poll reads the
-            # latest, its own commit included.
-            batch += ';\n' + self._connmanager.read_statements(
-                self.poll_sql)
-            params += (poll_after,)
-        results = run_batch(cursor, batch, params)
-        if poll_after is not None:
-            polled = results.pop()
-        tid, committed = results[-1][0]
+        tid, committed = run_batch(cursor, batch, params)[-1][0]
         self._connmanager.ended(cursor.connection, committed)
-        if poll_after is None:
-            return int(tid)
-        return int(tid), polled
+        return int(tid)
 
 
     def finish_restore(self, cursor, tid, user, description, extension,

@@ -78,7 +78,6 @@ class PostgreSQLAdapter(Adapter):
                 driver, objects.HistoryFreeMover.MOVE_STAGED)
             self.history = history.HistoryFreeHistory()
             self.packer = pack.HistoryFreePacker(cm)
-        self.txncontrol.poll_sql = self.poller.POLL
         cm.prepared = self.mover.prepared() + self.poller.prepared()
         cm.store_setup = list(self.txncontrol.session_setup)
 

@@ -169,18 +169,6 @@ def bytea_array(states):
         for state in states])
 
 
-def _value_and_poll(rows):
-    """``(value, poll rows)`` from rows whose oid -2 row holds the value."""
-    value = None
-    polled = []
-    for row in rows:
-        if row[0] == -2:
-            value = int(row[1])
-        else:
-            polled.append(row)
-    return value, polled
-
-
 class Prepared:
     """One statement that every load and store connection prepares on the
     server, so that the hot paths (a load per object, the poll at every
@@ -276,17 +264,6 @@ class Psycopg2Driver:
             f"false); COMMIT; SELECT current_setting('relstorage.result')",
             params)
         return int(cursor.fetchone()[0])
-
-    def call_commit_and_poll(self, cursor, call, params, poll, after):
-        """``call_and_commit``, then ``poll`` (rows of ``(oid, tid)``, one
-        ``%s``: ``after``) in the same round trip: ``(value, poll rows)``.
-        The value comes back as the row of oid -2 in front of the poll's."""
-        cursor.execute(
-            f"SELECT set_config('relstorage.result', ({call})::text, "
-            f"false); COMMIT; SELECT -2, current_setting("
-            f"'relstorage.result')::bigint UNION ALL {poll}",
-            params + (after,))
-        return _value_and_poll(cursor.fetchall())
 
     def can_copy(self):
         """Whether COPY works: psycopg2 refuses it while a wait callback
@@ -390,13 +367,6 @@ class PsycopgDriver:
             f"false); COMMIT; SELECT current_setting('relstorage.result')",
             params)
         return int(rows[0][0])
-
-    def call_commit_and_poll(self, cursor, call, params, poll, after):
-        return _value_and_poll(self._last_result(
-            cursor, f"SELECT set_config('relstorage.result', ({call})::text, "
-            f"false); COMMIT; SELECT -2, current_setting("
-            f"'relstorage.result')::bigint UNION ALL {poll}",
-            params + (after,)))
 
     def copy_in(self, cursor, table, columns, rows):
         with cursor.copy(

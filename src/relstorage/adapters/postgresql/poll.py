@@ -46,20 +46,6 @@ class _PostgreSQLPoller(Poller):
             (NO_CHANGES if after_tid is None else after_tid,)))
 
 
-    def poll_alone(self, connmanager, conn, cursor, after_tid,
-                   end_previous=False):
-        # In autocommit the poll is a transaction of its own: one statement
-        # (after the previous snapshot's ROLLBACK), one round trip.
-        params = (NO_CHANGES if after_tid is None else after_tid,)
-        if end_previous:
-            rows = self.driver.execute_prepared_after(
-                cursor, 'ROLLBACK', self._poll, params)
-        else:
-            self.driver.execute_prepared(cursor, self._poll, params)
-            rows = cursor.fetchall()
-        return split_poll(rows)
-
-
 class HistoryPreservingPoller(_PostgreSQLPoller):
     CHANGES = """
         SELECT zoid, tid FROM current_object WHERE tid > %s AND tid <= %s"""

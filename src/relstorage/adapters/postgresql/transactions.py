@@ -144,23 +144,18 @@ class _PostgreSQLTransactionControl(TransactionControl):
             statements='\n'.join(statements))
 
     def finish_and_commit(self, cursor, user, description, extension,
-                          status, rows=None, poll_after=None):
-        """The whole last step and the COMMIT; returns the tid.  With
-        ``poll_after`` (a tid), ``(tid, (last, changes))``: ``poll_sql``
-        after the COMMIT, in the same round trip."""
+                          status, rows=None):
+        """The whole last step and the COMMIT; returns the tid."""
         params = (user, description, extension, status == 'p')
-        call = self.FINISH_CALL
-        if rows is not None:
-            call = self.FINISH_ROWS_CALL
-            params += (
+        if rows is None:
+            return self.driver.call_and_commit(
+                cursor, self.FINISH_CALL, params)
+        return self.driver.call_and_commit(
+            cursor, self.FINISH_ROWS_CALL, params + (
                 oid_array([row[0] for row in rows]),
                 bigint_array([row[1] for row in rows]),
                 bytea_array([row[2] for row in rows]),
-                oid_array([row[3] for row in rows]))
-        if poll_after is None:
-            return self.driver.call_and_commit(cursor, call, params)
-        return self.driver.call_commit_and_poll(
-            cursor, call, params, self.poll_sql, poll_after)
+                oid_array([row[3] for row in rows])))
 
 
     def finish_restore(self, cursor, tid, user, description, extension,
