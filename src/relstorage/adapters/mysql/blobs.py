@@ -9,9 +9,12 @@ literal 66 MiB/s with either driver, mysqlclient's escaped parameter 30
 (escaping for the connection's utf8mb4 costs twice the time of latin1;
 PyMySQL sends bytes as hex anyway).  Reading, one SELECT per chunk ran at
 1.0-1.2 GB/s, as fast as fetching several chunks per query or an
-unbuffered cursor, so the shared default's reads are kept for small blobs.
+unbuffered cursor, so the shared default's reads are kept for small blobs;
+the first chunk comes with the query that finds the blob, so a blob of one
+chunk costs one round trip (RelStorage 4.3: three).
 
-Large blobs are read by several connections at once.  A chunk that is not
+Large blobs (the number of chunks told by the size of the first) are read
+by several connections at once.  A chunk that is not
 in the buffer pool is read by InnoDB one 16 KiB page at a time, each read
 waiting for the disk: one connection read a cold 100 MiB blob at 168 MiB/s
 (median of 18), two connections taking alternate chunks at 308, three at
@@ -25,6 +28,7 @@ import queue
 import threading
 
 from relstorage.adapters.blobs import BlobMover
+from relstorage.adapters.blobs import incomplete
 from relstorage.adapters.blobs import read_chunks
 from relstorage.adapters.objects import _bytes
 from relstorage.errors import ConfigurationError
@@ -65,7 +69,13 @@ class MySQLBlobMover(BlobMover):
         ORDER BY c.blob_id
         LIMIT %s"""
 
-    COUNT_CHUNKS = 'SELECT COUNT(*) FROM blob_chunk WHERE blob_id = %s'
+    #: The revision's blob and its first chunk, in one round trip (a blob
+    #: of one chunk, the usual case, then costs one).
+    BLOB_AND_FIRST = """
+        SELECT b.blob_id, b.blob_size, c.data
+        FROM object_blob b
+        LEFT JOIN blob_chunk c ON c.blob_id = b.blob_id AND c.chunk_num = 0
+        WHERE b.zoid = %s AND b.tid = %s"""
 
     def __init__(self, connmanager=None):
         self.connmanager = connmanager
@@ -74,37 +84,50 @@ class MySQLBlobMover(BlobMover):
         # Ints written out, as for the object mover's lists (objects.py).
         return in_list(values), None
 
-    def read_chunks(self, cursor, blob_id, size, out, num=0, written=0):
-        if self.connmanager is None or num:
-            return super().read_chunks(cursor, blob_id, size, out, num,
-                                       written)
-        cursor.execute(self.COUNT_CHUNKS, (blob_id,))
-        chunks = cursor.fetchone()[0]
-        if chunks < PARALLEL_FROM:
-            return super().read_chunks(cursor, blob_id, size, out)
-        num, written = self._read_parallel(blob_id, chunks, out)
-        # The rest (none, unless a reader missed a chunk or failed) from
-        # the snapshot.
-        return super().read_chunks(cursor, blob_id, size, out, num, written)
+    def download(self, cursor, oid, tid, out):
+        cursor.execute(self.BLOB_AND_FIRST, (oid, tid))
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        blob_id, size, first = row
+        num = written = 0
+        if first is not None:
+            first = _bytes(first)
+            out.write(first)
+            num, written = 1, len(first)
+        if written < size and written and self.connmanager is not None:
+            # Every chunk but the last has the first one's size.
+            chunks = -(-size // written)
+            if chunks - 1 >= PARALLEL_FROM:
+                num, written = self._read_parallel(
+                    blob_id, chunks, out, num, written)
+        # The rest (all of it, unless read in parallel; a chunk a reader
+        # missed) from the snapshot.
+        written = self.read_chunks(cursor, blob_id, size, out, num, written)
+        if written != size:
+            raise incomplete(oid, tid, blob_id, written, size)
+        return size
 
-    def _read_parallel(self, blob_id, chunks, out):
-        """Write chunks 0, 1, ... of ``blob_id`` to ``out`` in order, read
-        by READERS connections of their own (reader k takes chunks k,
-        k + READERS, ...); returns ``(chunks written, bytes written)``,
-        stopping at the first chunk a reader could not give."""
-        readers = min(READERS, chunks)
+    def _read_parallel(self, blob_id, chunks, out, start=0, written=0):
+        """Write chunks ``start``, ``start + 1``, ... of ``blob_id`` to
+        ``out`` in order, read by READERS connections of their own (reader
+        k takes chunks start + k, start + k + READERS, ...); returns
+        ``(chunks written, bytes written)`` counted from chunk 0 (with
+        ``written`` bytes before ``start``), stopping at the first chunk a
+        reader could not give."""
+        readers = min(READERS, chunks - start)
         queues = [queue.Queue(maxsize=AHEAD) for _ in range(readers)]
         stop = threading.Event()
         threads = [threading.Thread(
-            target=self._reader, args=(blob_id, chunks, readers, k,
+            target=self._reader, args=(blob_id, chunks, readers, start + k,
                                        queues[k], stop),
             name=f'blob-reader-{k}', daemon=True) for k in range(readers)]
         for thread in threads:
             thread.start()
-        num = written = 0
+        num = start
         try:
             while num < chunks:
-                data = queues[num % readers].get()
+                data = queues[(num - start) % readers].get()
                 if data is None:
                     break
                 out.write(data)
@@ -119,7 +142,7 @@ class MySQLBlobMover(BlobMover):
                 thread.join()
         return num, written
 
-    def _reader(self, blob_id, chunks, readers, k, out, stop):
+    def _reader(self, blob_id, chunks, readers, first, out, stop):
         cm = self.connmanager
         conn = cursor = None
 
@@ -134,7 +157,7 @@ class MySQLBlobMover(BlobMover):
         try:
             conn = cm.connect()
             cursor = conn.cursor()
-            for num in range(k, chunks, readers):
+            for num in range(first, chunks, readers):
                 cursor.execute(self.CHUNK, (blob_id, num))
                 found = cursor.fetchone()
                 if found is None:
