@@ -49,7 +49,14 @@ def _wait_ended(storage):
         time.sleep(idle.IDLE_END / 4)
 
 
-def test_the_snapshot_between_transactions_ends_when_unused(open_storage):
+def _end_of_transaction(storage):
+    """What ZODB does when a transaction ends (implicit transactions)."""
+    storage.afterCompletion()
+    storage.sync(False)
+    return storage.poll_invalidations()
+
+
+def test_the_snapshot_between_transactions_ends_when_unread(open_storage):
     root = open_storage()
     reader = root.new_instance()
     try:
@@ -57,16 +64,17 @@ def test_the_snapshot_between_transactions_ends_when_unused(open_storage):
         _commit(root, oid, z64, 1)
         reader.poll_invalidations()
         assert _value(reader, oid) == 1
-        reader.afterCompletion()
-        reader.sync(False)
-        assert reader.poll_invalidations() == []
-        # Read at once, it is still there: no moved objects, no new
-        # snapshot.
-        snapshot = reader._snapshot_tid
-        assert snapshot is not None
-        assert _value(reader, oid) == 1
-        assert reader._snapshot_tid == snapshot
+        assert _end_of_transaction(reader) == []
+        assert reader._snapshot_tid is not None
         _wait_ended(reader)
+        # Read once: the view of a transaction begun without begin(),
+        # which stays (a pack must keep what it reaches).
+        assert _end_of_transaction(reader) == []
+        snapshot = reader._snapshot_tid
+        assert _value(reader, oid) == 1
+        time.sleep(idle.IDLE_BETWEEN * 2)
+        with reader._lock:
+            assert reader._snapshot_tid == snapshot
     finally:
         reader.release()
 
@@ -80,9 +88,7 @@ def test_a_read_between_polls_sees_the_polled_state(open_storage,
         tid = _commit(root, changed, z64, 1)
         _commit(root, unchanged, z64, 10)
         reader.poll_invalidations()
-        reader.afterCompletion()
-        reader.sync(False)
-        assert reader.poll_invalidations() == []
+        assert _end_of_transaction(reader) == []
         _wait_ended(reader)
         # Another client changes one object before this one reads again
         # (without a poll: no transaction.begin()).

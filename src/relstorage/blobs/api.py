@@ -94,6 +94,8 @@ class BlobMethods:
         cm = self._adapter.connmanager
         with self._lock:
             if not self._closed:
+                # A read: a snapshot between transactions serves one now.
+                self._between = False
                 started = self._snapshot_tid is None
                 cursor = self._snapshot_cursor()
                 try:

@@ -385,6 +385,8 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
         loads that follow in this transaction."""
         wanted = [id_to_int(oid, 'oid') for oid in oids]
         with self._lock:
+            # A read: a snapshot between transactions serves one now.
+            self._between = False
             cursor = self._snapshot_cursor()
             snapshot = self._snapshot_tid
             cache = self._cache

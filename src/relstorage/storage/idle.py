@@ -18,10 +18,12 @@ statement carries it).
 The poll ZODB makes at the end of a transaction (implicit transactions)
 opens a snapshot too, for an application that reads on without
 ``transaction.begin()``; in a server between requests nothing reads it.
-The thread ends it once it has served no load for ``IDLE_BETWEEN``
-seconds.  A read after that starts a snapshot again, in which what others
-changed since the poll is *moved* (``snapshot.py``): ZODB still holds the
-polled view.
+The thread ends it after ``IDLE_BETWEEN`` seconds if nothing has read
+from it; one that served a read is the view of a transaction the
+application began without ``begin()``, which a pack must respect, and
+stays open.  A read after the end starts a snapshot again, in which what
+others changed since the poll is *moved* (``snapshot.py``): ZODB still
+holds the polled view.
 
 The thread waits on a condition while nothing is due, and keeps only weak
 references to the instances.
@@ -34,8 +36,8 @@ import weakref
 #: thread ends it.
 IDLE_END = 0.1
 
-#: Seconds without a load after which the thread ends the snapshot that
-#: ZODB's poll at the end of a transaction opened (see below).
+#: Seconds after which the thread ends the snapshot that ZODB's poll at
+#: the end of a transaction opened, if nothing read from it (see below).
 IDLE_BETWEEN = 0.4
 
 

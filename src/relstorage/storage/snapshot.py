@@ -152,8 +152,8 @@ class SnapshotMethods:
         statement carries it); with ``loads``, end the snapshot between
         transactions if it served no load since the count was ``loads``."""
         if not self._lock.acquire(blocking=False):
-            if loads is not None:
-                idle.ender.due(self, idle.IDLE_BETWEEN, -1)
+            # Busy: a due ROLLBACK goes with its next statement, and a
+            # snapshot between transactions is being read.
             return
         try:
             if self._closed or self._load_conn is None:
@@ -161,13 +161,12 @@ class SnapshotMethods:
             if self._rollback_due and self._snapshot_tid is None:
                 self._end_snapshot()
             elif (loads is not None and self._between
-                    and self._snapshot_tid is not None and self._txn is None):
-                if self._counters.loads != loads:
-                    # Read since: look again later.
-                    idle.ender.due(self, idle.IDLE_BETWEEN,
-                                   self._counters.loads)
-                else:
-                    self._end_snapshot()
+                    and self._snapshot_tid is not None and self._txn is None
+                    and self._counters.loads == loads):
+                # Nothing read from it: no transaction of the application's
+                # depends on it.  (One that read stays open: a pack must
+                # keep what its view reaches, docs/operations.rst.)
+                self._end_snapshot()
         except Exception as e:
             # Whatever went wrong (the database dropped the connection), the
             # next snapshot starts on a new one.
