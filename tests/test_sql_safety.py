@@ -39,6 +39,12 @@ REVIEWED = {
         'prepared-statement names and constants of the code',
     ('adapters/postgresql/drivers.py', 'call'):
         'statement constants of the code; the values are bound',
+    ('adapters/postgresql/drivers.py', "'; '.join([*statements, sql])"):
+        'the statements that begin a commit (constants of the code, the '
+        'lock timeout an int) and a statement whose values are bound',
+    ('adapters/mysql/connection.py', "'; '.join([*statements, sql])"):
+        'the statements that begin a commit (constants of the code) and a '
+        'statement whose values are bound',
     ('adapters/mysql/blobs.py',
      'self.INSERT_CHUNK % (blob_id, num, data.hex())'):
         'an int, an int and hex digits (x\'...\' literal)',

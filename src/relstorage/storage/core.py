@@ -35,7 +35,6 @@ from ZODB.utils import tid_repr
 from ZODB.utils import z64
 
 from relstorage import metrics
-from relstorage.adapters.connection import BeginningCursor
 from relstorage.blobs import make_blobs
 from relstorage.blobs.api import BlobMethods
 from relstorage.cache import persistent as persistentcache
@@ -56,7 +55,7 @@ from relstorage.storage.commit import PendingTransaction
 from relstorage.storage.iteration import TransactionIterator
 from relstorage.storage.oidpool import OIDPool
 from relstorage.storage.outcome import settle_lost_finish
-from relstorage.storage.reconnect import retry_if_disconnected
+from relstorage.storage.store import StoreConnectionMethods
 from relstorage.storage.snapshot import SnapshotMethods
 from relstorage.storage.undo import UndoMethods
 from relstorage.storage.undo import transaction_info
@@ -78,8 +77,8 @@ log = logging.getLogger('relstorage.storage')
     IBlobStorage,
     IBlobStorageRestoreable,
 )
-class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
-                 UndoMethods, ConflictResolvingStorage):
+class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
+                 BulkCopyMethods, UndoMethods, ConflictResolvingStorage):
     """``RelStorage(adapter, name=None, options=None, **options)``.
 
     ``adapter`` is a database adapter such as
@@ -224,47 +223,6 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
     def _check_open(self):
         if self._closed:
             raise POSException.StorageError(f'{self._name} is closed')
-
-    def _drop_store_connection(self):
-        if self._store_conn is not None:
-            self._adapter.connmanager.close(
-                self._store_conn, self._store_cursor)
-            self._store_conn = self._store_cursor = None
-
-    def _reopen_store(self):
-        self._drop_store_connection()
-        self._writer_cursor()
-        return self._store_conn, self._store_cursor
-
-    def _reopen_unbegun(self):
-        """A new store connection for a commit whose first statement found
-        the connection gone (nothing of it reached the server):
-        ``(cursor, statements that start its transaction)``."""
-        log.info('%s: the database dropped the connection; reconnecting',
-                 self._name)
-        conn, cursor = self._reopen_store()
-        if self._txn is not None:
-            self._txn.conn = conn
-        self._adapter.mover.clear_temp(cursor)
-        return cursor, self._adapter.connmanager.store_begin_statements(
-            conn, cursor)
-
-    def _writer_cursor(self):
-        """The cursor of the committing connection.  Outside a commit it
-        reads the latest committed data."""
-        self._check_open()
-        if self._store_conn is None:
-            self._store_conn, self._store_cursor = (
-                self._adapter.connmanager.open_store())
-        return self._store_cursor
-
-    def _read_latest(self, what, read):
-        """``read(cursor)`` on the committing connection; outside a commit a
-        connection the database dropped is reopened once."""
-        return retry_if_disconnected(
-            self._adapter.connmanager, what,
-            lambda: read(self._writer_cursor()), self._drop_store_connection,
-            may_retry=lambda: self._txn is None)
 
     def _close_connections(self):
         self._drop_load_connection()
@@ -592,31 +550,6 @@ class RelStorage(SnapshotMethods, BlobMethods, BulkCopyMethods,
             self._txn = PendingTransaction(
                 self._adapter, self._store_conn, cursor, transaction,
                 requested, status, self._blobs, self._oids)
-
-    def _begin_store(self):
-        """Start the database transaction of a commit; a connection the
-        database dropped since the last commit is reopened once."""
-        def begin():
-            if (self._store_conn is not None
-                    and self._adapter.connmanager.replaced(self._store_conn)):
-                # Its replica file prefers another server now.
-                self._drop_store_connection()
-            cursor = self._writer_cursor()
-            # Before the transaction starts: emptying may end one (MySQL's
-            # TRUNCATE).
-            self._adapter.mover.clear_temp(cursor)
-            cm = self._adapter.connmanager
-            statements = cm.store_begin_statements(self._store_conn, cursor)
-            if statements is None:
-                cm.begin_store(self._store_conn, cursor)
-                return cursor
-            # Sent with the commit's first statement: a round trip less.
-            return BeginningCursor(cm, cursor, statements,
-                                   self._reopen_unbegun)
-
-        return retry_if_disconnected(
-            self._adapter.connmanager, 'starting a commit', begin,
-            self._drop_store_connection)
 
     def store(self, oid, serial, data, version, transaction):
         with self._lock:
