@@ -201,3 +201,35 @@ def test_an_idle_snapshot_ends_without_the_application(relayed, backend):
     # The next snapshot starts as usual.
     storage.poll_invalidations()
     assert storage._snapshot_tid is not None
+
+
+def test_the_idle_thread_starts_again_in_a_forked_child():
+    """A child process forked after the thread started has no thread: the
+    ender starts one of its own there."""
+    import os
+    idle.ender.due(object.__new__(_Nothing), 0)
+    assert idle.ender._thread is not None
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            if idle.ender._thread is None and idle.ender.pending() == 0:
+                thing = _Nothing()
+                idle.ender.due(thing, 0)
+                deadline = time.monotonic() + 5
+                while not thing.ended and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                code = 0 if thing.ended else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+
+
+class _Nothing:
+    """Stands for a storage instance: records the thread's call."""
+
+    ended = False
+
+    def _end_idle_snapshot(self, loads=None):
+        self.ended = True

@@ -28,6 +28,7 @@ holds the polled view.
 The thread waits on a condition while nothing is due, and keeps only weak
 references to the instances.
 """
+import os
 import threading
 import time
 import weakref
@@ -88,5 +89,15 @@ class _Ender:
                     instance._end_idle_snapshot(loads)
 
 
+    def _forget(self):
+        """In a child process after fork: the thread did not come along."""
+        self._ready = threading.Condition(threading.Lock())
+        self._due = {}
+        self._thread = None
+
+
 #: The process's one ender.
 ender = _Ender()
+
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=ender._forget)
