@@ -166,7 +166,6 @@ class ConnectionManager:
         for statement in statements:
             cursor.execute(statement)
 
-
     def rollback(self, conn, cursor):
         try:
             if self._in_transaction(conn):

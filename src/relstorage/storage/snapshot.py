@@ -49,8 +49,9 @@ class SnapshotMethods:
 
     def _start_between_polls(self):
         """Start a snapshot outside poll_invalidations: a read between
-        transactions (after a poll that left no snapshot open, after a
-        commit, or before the first poll).  ZODB's view stays at the tid
+        transactions (after the idle thread ended the snapshot of ZODB's
+        poll at the end of one, after a commit with explicit transactions,
+        or before the first poll).  ZODB's view stays at the tid
         last polled, so the objects changed since (by others) are *moved*:
         loading one gives its state as of that tid where history holds
         it, else ReadConflictError (``_load_moved``); the next poll reports
@@ -164,8 +165,9 @@ class SnapshotMethods:
                     and self._snapshot_tid is not None and self._txn is None
                     and self._counters.loads == loads):
                 # Nothing read from it: no transaction of the application's
-                # depends on it.  (One that read stays open: a pack must
-                # keep what its view reaches, docs/operations.rst.)
+                # depends on it.  (One that read stays open: a pack moves
+                # its time back to before an open transaction, so that what
+                # that transaction's view reaches is kept.)
                 self._end_snapshot()
         except Exception as e:
             # Whatever went wrong (the database dropped the connection), the
