@@ -259,15 +259,7 @@ def parse_args(argv):
             parser.error(f'--blobs: expected size=count, got {item!r}')
         counts[size] = int(count)
     args.sizes = {size: (SIZES[size][0], counts[size]) for size in args.sizes}
-    args.skipped = []
-    if args.round_trips:
-        args.skipped = [TITLES[b] for b in args.backends
-                        if b not in roundtrips.NETWORKED]
-        args.backends = [b for b in args.backends
-                         if b in roundtrips.NETWORKED]
-        if not args.backends:
-            parser.error('--round-trips and --rtt need postgresql or mysql '
-                         'in --backends')
+    roundtrips.networked_only(parser, args)
     return args
 
 

@@ -588,15 +588,7 @@ def parse_args(argv):
     parser.results('convert.json', keep_help='keep the databases, configs, '
                    'logs and blob directories of the run')
     args = parser.parse(argv)
-    args.skipped = []
-    if args.round_trips:
-        args.skipped = [TITLES[b] for b in args.backends
-                        if b not in roundtrips.NETWORKED]
-        args.backends = [b for b in args.backends
-                         if b in roundtrips.NETWORKED]
-        if not args.backends:
-            parser.error('--round-trips and --rtt need postgresql or mysql '
-                         'in --backends')
+    roundtrips.networked_only(parser, args)
     return args
 
 

@@ -440,17 +440,10 @@ def parse_args(argv):
     args = parser.parse(argv)
     if args.mp_objects is None:
         args.mp_objects = args.objects
-    args.skipped = []
+    roundtrips.networked_only(parser, args)
     if args.round_trips:
-        args.skipped = [TITLES[b] for b in args.backends
-                        if b not in roundtrips.NETWORKED]
         args.skipped += [LABELS[o] for o in args.others]
-        args.backends = [b for b in args.backends
-                         if b in roundtrips.NETWORKED]
         args.others = []
-        if not args.backends:
-            parser.error('--round-trips and --rtt need postgresql or mysql '
-                         'in --backends')
     return args
 
 

@@ -17,22 +17,13 @@ import pytest
 import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
-from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ReadConflictError
-from ZODB.tests.MinPO import MinPO
-from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.tests.StorageTestBase import zodb_unpickle
 from ZODB.utils import z64
 
 from relstorage.storage import idle
 
-
-def _commit(storage, oid, serial, value):
-    t = TransactionMetaData()
-    storage.tpc_begin(t)
-    storage.store(oid, serial, zodb_pickle(MinPO(value)), '', t)
-    storage.tpc_vote(t)
-    return storage.tpc_finish(t)
+from test_storage import _commit
 
 
 def _value(storage, oid):

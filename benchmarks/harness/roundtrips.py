@@ -34,6 +34,21 @@ FIELDS = ('round_trips', 'client_messages', 'server_messages',
           'client_bytes', 'server_bytes', 'connections')
 
 
+def networked_only(parser, args):
+    """With ``--round-trips`` or ``--rtt``: keep only the backends with a
+    network (``args.backends``) and list the others in ``args.skipped``
+    (by title); an error if none is left."""
+    from .backends import TITLES
+    args.skipped = []
+    if not args.round_trips:
+        return
+    args.skipped = [TITLES[b] for b in args.backends if b not in NETWORKED]
+    args.backends = [b for b in args.backends if b in NETWORKED]
+    if not args.backends:
+        parser.error('--round-trips and --rtt need postgresql or mysql '
+                     'in --backends')
+
+
 def read_counts(address):
     """The counts of the relay whose control channel is ``address``."""
     import roundtrips     # benchmarks/, where the scripts run
