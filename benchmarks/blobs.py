@@ -293,9 +293,7 @@ def run(args, relays):
         lines += [
             'Round trips: the storages of both sides connect through a '
             'relay process adding '
-            + (f'{args.rtt:g} ms to every round trip (the times include '
-               f'it)' if args.rtt else 'no latency (the times include its '
-               'own cost)')
+            + roundtrips.added_latency(args.rtt)
             + '; its counts are read at the start and the end of each '
             'phase.'] + roundtrips.skipped_note(args.skipped) + ['']
     show(lines)

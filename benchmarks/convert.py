@@ -634,9 +634,7 @@ def run(args, relays):
         lines += [
             'Round trips: the destinations are reached through a relay '
             'process adding '
-            + (f'{args.rtt:g} ms to every round trip (the times include '
-               f'it)' if args.rtt else 'no latency (the times include its '
-               'own cost)')
+            + roundtrips.added_latency(args.rtt)
             + '; its counts are read before and after each zodbconvert '
             'process.'] + roundtrips.skipped_note(args.skipped) + ['']
     show(lines)

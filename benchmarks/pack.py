@@ -678,9 +678,7 @@ def run(args, relays):
         lines[-1:-1] = [
             'Round trips: every step reaches the database through a relay '
             'process adding '
-            + (f'{args.rtt:g} ms to every round trip (the times include '
-               f'it)' if args.rtt else 'no latency (the times include its '
-               'own cost)')
+            + roundtrips.added_latency(args.rtt)
             + '; the pack process through a relay of its own, read before '
             'and after each pack.']
     for backend, database in databases.items():

@@ -78,12 +78,8 @@ class Relay:
         self._stopping = False
 
     def start(self):
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(('127.0.0.1', self.port))
-        listener.listen(64)
+        self._listener = listener = _listen(self.port, 64)
         self.port = listener.getsockname()[1]
-        self._listener = listener
         self._spawn(self._accept)
         return self
 
@@ -233,6 +229,15 @@ class _Link:
             self.relay._forget(*self.sockets)
 
 
+def _listen(port, backlog):
+    """A socket listening on ``127.0.0.1:port`` (0: a free port)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(('127.0.0.1', port))
+    listener.listen(backlog)
+    return listener
+
+
 def _close_writing(sock):
     try:
         sock.shutdown(socket.SHUT_WR)
@@ -254,12 +259,8 @@ class Control:
         self._thread = None
 
     def start(self):
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(('127.0.0.1', self.port))
-        listener.listen(16)
+        self._listener = listener = _listen(self.port, 16)
         self.port = listener.getsockname()[1]
-        self._listener = listener
         self._thread = threading.Thread(target=self._answer, daemon=True,
                                         name='relay control')
         self._thread.start()

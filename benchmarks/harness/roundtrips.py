@@ -215,6 +215,13 @@ def fmt(value):
     return f'{value:.3f}'
 
 
+def added_latency(rtt):
+    """What the relay adds, for a report's sentence on it."""
+    if rtt:
+        return f'{rtt:g} ms to every round trip (the times include it)'
+    return 'no latency (the times include its own cost)'
+
+
 def skipped_note(skipped):
     """The report's line on what was not measured, or []."""
     if not skipped:
