@@ -13,6 +13,8 @@ import pytest
 import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
+from ZODB.tests.StorageTestBase import zodb_unpickle
+from ZODB.utils import z64
 
 from relstorage.storage import RelStorage
 from relstorage.storage import idle
@@ -27,7 +29,7 @@ EXPECTED = {
     'prefetch of 100 objects': 1,
     'transaction begun and aborted, nothing changed': 2,
     'the same, explicit transactions': 1,
-    'one-object commit, its polls included': 4,
+    'one-object commit, its polls included': 3,
 }
 
 
@@ -201,6 +203,87 @@ def test_an_idle_snapshot_ends_without_the_application(relayed, backend):
     # The next snapshot starts as usual.
     storage.poll_invalidations()
     assert storage._snapshot_tid is not None
+
+
+def test_the_poll_after_a_commit_takes_the_snapshot_the_commit_began(
+        relayed):
+    """A commit's last round trip also begins the snapshot of ZODB's poll
+    at the end of the transaction (the load and store connections swap):
+    that poll costs no round trip and reports what others committed since
+    the last poll, not the instance's own commit."""
+    from test_storage import _commit
+    relay, open_ = relayed
+    storage = open_()
+    oids = [storage.new_oid() for _ in range(3)]
+    for oid in oids:
+        _commit(storage, oid, z64, 0)
+    mine, other = storage.new_instance(), storage.new_instance()
+    try:
+        mine.poll_invalidations()
+        other.poll_invalidations()
+        serials = {oid: mine.load(oid)[1] for oid in oids}
+        for round_ in range(3):
+            # Another client commits, then this one.
+            _commit(other, oids[0], serials[oids[0]], round_ + 1)
+            serials[oids[0]] = other.lastTransaction()
+            serials[oids[1]] = _commit(mine, oids[1], serials[oids[1]],
+                                       round_ + 1)
+            before = relay.snapshot()
+            mine.sync(False)
+            changed = mine.poll_invalidations()
+            assert (relay.snapshot() - before).round_trips == 0
+            assert changed == [oids[0]]
+            assert mine._snapshot_tid == int.from_bytes(
+                serials[oids[1]], 'big')
+            assert mine.load(oids[0]) == (
+                other.load(oids[0])[0], serials[oids[0]])
+            # The store connection's snapshot, from before the swap, ends
+            # with the next commit's first statement.
+            assert mine._store_rollback_due
+            mine.sync(True)
+            mine.poll_invalidations()
+    finally:
+        mine.release()
+        other.release()
+
+
+def test_snapshots_no_poll_takes_end_when_idle(relayed, backend):
+    """With explicit transactions no poll takes the snapshot a commit
+    began: the idle thread ends it, and the one the store connection still
+    held as the load connection; a storage committing again without polls
+    (the storage API, zodbconvert) begins none."""
+    from test_storage import _commit
+    relay, open_ = relayed
+    storage = open_()
+    storage.poll_invalidations()
+    oid = storage.new_oid()
+    serial = _commit(storage, oid, z64, 0)
+    storage.sync(False)
+    storage.poll_invalidations()
+    storage.load(oid)
+    serial = _commit(storage, oid, serial, 1)
+    assert storage._adopted is not None and storage._store_rollback_due
+    cm = storage._adapter.connmanager
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        with storage._lock:
+            if storage._adopted is None and not storage._store_rollback_due:
+                break
+        time.sleep(idle.IDLE_END / 4)
+    with storage._lock:
+        assert storage._adopted is None, 'the snapshot stayed open'
+        assert not storage._store_rollback_due
+        if backend.marker == 'postgresql':
+            assert not cm._in_transaction(storage._load_conn)
+            assert not cm._in_transaction(storage._store_conn)
+    # No poll between two commits: the next commits begin no snapshot.
+    serial = _commit(storage, oid, serial, 2)
+    assert storage._adopted is None and not storage._polls_after_commit
+    _commit(storage, oid, serial, 3)
+    assert storage._adopted is None
+    # The storage reads the last commit once it polls.
+    storage.poll_invalidations()
+    assert zodb_unpickle(storage.load(oid)[0]).value == 3
 
 
 def test_the_idle_thread_starts_again_in_a_forked_child():

@@ -33,12 +33,19 @@ REVIEWED = {
     ('adapters/sqlite/connection.py', 'value'):
         'pragma values checked to be plain numbers or words '
         '(check_pragmas)',
+    ('adapters/postgresql/connection.py',
+     "'; '.join([TEMP_STORE, *self.store_setup])"):
+        'the staging table and the finish functions, made by the code '
+        'from its own statements',
     ('adapters/postgresql/drivers.py', 'first'):
         'statement constants of the code, no values',
     ('adapters/postgresql/drivers.py', 'statement.execute_sql'):
         'prepared-statement names and constants of the code',
     ('adapters/postgresql/drivers.py', 'call'):
         'statement constants of the code; the values are bound',
+    ('adapters/postgresql/drivers.py', 'then'):
+        'statements of the code after a COMMIT (the call\'s result, a '
+        'snapshot\'s start and its poll); the values are bound',
     ('adapters/postgresql/drivers.py', "'; '.join([*statements, sql])"):
         'the statements that begin a commit (constants of the code, the '
         'lock timeout an int) and a statement whose values are bound',

@@ -355,8 +355,10 @@ def test_the_snapshot_sync_ends_is_rolled_back_by_the_next_poll(
         cm = root._adapter.connmanager
         rollbacks = []
         rollback = cm.rollback
+        # (The reader's: the idle thread may end what root's commits left.)
         monkeypatch.setattr(cm, 'rollback', lambda conn, cursor: (
-            rollbacks.append(conn), rollback(conn, cursor)))
+            conn is reader._load_conn and rollbacks.append(conn),
+            rollback(conn, cursor)))
         reader.sync()
         assert reader.poll_invalidations() == [oid]
         assert reader.load(oid) == (zodb_pickle(MinPO(2)), tid2)

@@ -117,6 +117,12 @@ class IConnectionManager(Interface):
         """Open a connection for committing.  Returns ``(conn, cursor)``.
         Its lock waits are bounded by commit-lock-timeout."""
 
+    def prepare_store(conn, cursor):
+        """Make a connection opened by ``open_load`` (outside a
+        transaction) fit for committing, as ``open_store`` makes its own
+        (the staging table and what else commits need in the session).
+        Needed only where IPoller.poll_after_commit is supported."""
+
     def begin_store(conn, cursor):
         """Start the transaction of a commit (at tpc_begin), with lock waits
         bounded by commit-lock-timeout.  On a database with one write lock
@@ -328,6 +334,17 @@ class IPoller(Interface):
         after ``after_tid`` and no later than ``last_tid``; one indexed
         query."""
 
+    def poll_after_commit(connmanager, after_tid):
+        """None, or ``(begin, select, params)`` for
+        ITransactionControl.finish_and_commit's ``then``: ``begin`` (no
+        parameters, no rows) starts a read snapshot like
+        ``connmanager.begin_snapshot`` and ``select``, with ``params``,
+        gives the rows of what ``begin_and_poll`` reads (the last tid as
+        the row ``(-1, tid)``, see poll.split_poll, and the changes after
+        ``after_tid``, none if None).  So a commit's last round trip also
+        makes the next poll's snapshot, which the core takes by swapping
+        its load and store connections."""
+
     def begin_and_poll(connmanager, conn, cursor, after_tid,
                        end_previous=False):
         """Start a read snapshot on ``conn`` (``connmanager.begin_snapshot``)
@@ -358,7 +375,11 @@ class ITransactionControl(Interface):
         "no tid was requested and nothing needs the step-by-step path "
         "(restores).  ``rows``, given only where ``inline_limit`` allows: "
         "``[(oid, prev_tid or None, state or None, data_txn)]`` in store "
-        "order, the commit's rows, which were not staged.")
+        "order, the commit's rows, which were not staged.  ``then``, given "
+        "only where IPoller.poll_after_commit gave it: ``(begin, select, "
+        "params)``, statements that run after the COMMIT in the same round "
+        "trip (never when the COMMIT failed); then the callable returns "
+        "``(tid, rows of select)``.")
 
     finish_restore = Attribute(
         "None, or a callable ``(cursor, tid, user, description, extension, "

@@ -42,6 +42,10 @@ class Poller:
         cursor.execute(self.CHANGES, (after_tid, last_tid))
         return cursor.fetchall()
 
+    def poll_after_commit(self, connmanager, after_tid):
+        """See IPoller.poll_after_commit: None, not supported."""
+        return None
+
     def begin_and_poll(self, connmanager, conn, cursor, after_tid,
                        end_previous=False):
         if end_previous:

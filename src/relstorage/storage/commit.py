@@ -97,6 +97,9 @@ class PendingTransaction:
         self._inline = False     # rows go to finish_and_commit, not staged
         #: The commit's blobs (relstorage.blobs.base.PendingBlobs), or None.
         self.blobs = None
+        #: The rows of the select ``finish`` ran after the COMMIT (its
+        #: ``then``), or None.
+        self.after_commit = None
 
     # -- phase 1 -------------------------------------------------------
 
@@ -262,12 +265,15 @@ class PendingTransaction:
 
     # -- phase 3 -------------------------------------------------------
 
-    def finish(self, allocated_through=None, commit=True):
+    def finish(self, allocated_through=None, commit=True, then=None):
         """Publish under the commit lock and commit; returns the int tid.
         Oids above ``allocated_through`` (the highest the allocator handed
         this process) move the allocator past them.  With ``commit`` false
         (a restore batch) the database transaction stays open, its staging
-        table emptied for the next commit."""
+        table emptied for the next commit.  ``then``: statements to run
+        after the COMMIT in the same round trip (see
+        ITransactionControl.finish_and_commit), where the commit finishes
+        in one call; their rows go to ``after_commit``."""
         adapter, cursor = self.adapter, self.cursor
         simple = (commit and self.requested_tid is None
                   and not self.superseded and not self.blobs and (
@@ -275,16 +281,20 @@ class PendingTransaction:
                       or self.max_oid <= allocated_through))
         if simple and adapter.txncontrol.finish_and_commit is not None:
             # The database does the whole step in one call.
-            if not self._inline:
+            rows = None
+            if self._inline:
+                # Without restores (not simple) the dict is in store order.
+                rows = [(oid, prev_tid, state, data_txn)
+                        for oid, (prev_tid, state, data_txn)
+                        in self._rows.items()]
+            if then is None:
                 return adapter.txncontrol.finish_and_commit(
                     cursor, self.user, self.description, self.extension,
-                    self.status)
-            # Without restores (not simple) the dict is in store order.
-            return adapter.txncontrol.finish_and_commit(
+                    self.status, rows=rows)
+            tid, self.after_commit = adapter.txncontrol.finish_and_commit(
                 cursor, self.user, self.description, self.extension,
-                self.status, rows=[(oid, prev_tid, state, data_txn)
-                                   for oid, (prev_tid, state, data_txn)
-                                   in self._rows.items()])
+                self.status, rows=rows, then=then)
+            return tid
         if (self.requested_tid is not None and not self.superseded
                 and not self.blobs
                 and adapter.txncontrol.finish_restore is not None):

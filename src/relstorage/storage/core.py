@@ -169,6 +169,18 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
         # transactions, which the idle thread ends once unused (idle.py).
         self._end_poll = False
         self._between = False
+        # ``(after_tid, last_tid, changes)`` of the snapshot the last
+        # commit began on what is now the load connection, for the next
+        # poll to take (_take_commit_snapshot), or None.
+        self._adopted = None
+        # Whether ZODB polled at the end of the last committed transaction
+        # (learnt at the poll or tpc_begin that follows a commit): then a
+        # commit begins that poll's snapshot in its last round trip.
+        self._polls_after_commit = True
+        self._finished_unpolled = False
+        # Whether the load connection has the staging table (it was the
+        # store connection before a commit swapped them).
+        self._load_staged = False
         # The newest tid this instance has seen (snapshots and its own
         # commits), and (snapshot tid, seen) while the snapshot is older.
         self._seen_tid = None
@@ -180,6 +192,10 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
         self._ahead = {}
         # Committing.
         self._store_conn = self._store_cursor = None
+        self._store_staged = False
+        # The store connection is still in the snapshot it held as the
+        # load connection: ROLLBACK before (or with) its next statement.
+        self._store_rollback_due = False
         self._txn = None
         self._ltid = z64               # last tid committed by this instance
         self._own_tids = set()         # committed here since the last poll
@@ -542,6 +558,12 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
             # The snapshot serves this transaction now (one that began
             # without transaction.begin()): the idle thread leaves it.
             self._between = False
+            if self._finished_unpolled:
+                # Committing again without a poll since the last commit
+                # (an application of the storage API, zodbconvert): the
+                # commits begin no snapshots.
+                self._finished_unpolled = False
+                self._polls_after_commit = False
             if self._batch_from is not None:
                 # The restore batch's database transaction goes on.
                 cursor = self._store_cursor
@@ -632,9 +654,18 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
             if not txn.voted:
                 self.tpc_vote(transaction)
             batch = self._batching and txn.requested_tid is not None
+            cm = self._adapter.connmanager
+            then = None
+            if self._polls_after_commit and not batch and not (
+                    cm.uses_replicas):
+                # The next poll's snapshot, begun after the COMMIT in the
+                # same round trip (_take_commit_snapshot).
+                then = self._adapter.poller.poll_after_commit(
+                    cm, self._polled_tid)
             try:
-                with self._adapter.connmanager.translate():
-                    tid = txn.finish(self._oids.highest, commit=not batch)
+                with cm.translate():
+                    tid = txn.finish(self._oids.highest, commit=not batch,
+                                     then=then)
             except DisconnectedError as e:
                 if batch or self._batch_from is not None:
                     raise       # a restore batch is lost either way
@@ -677,6 +708,10 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
             finally:
                 self._txn = None
                 self._leave_snapshot()
+                if txn.after_commit is not None:
+                    self._take_commit_snapshot(self._polled_tid,
+                                               txn.after_commit)
+                self._finished_unpolled = not batch
                 self._commit_done.notify_all()
             return tid_bytes
 

@@ -25,6 +25,13 @@ stays open.  A read after the end starts a snapshot again, in which what
 others changed since the poll is *moved* (``snapshot.py``): ZODB still
 holds the polled view.
 
+A commit's last round trip begins the snapshot of that poll
+(``snapshot.py``'s ``_take_commit_snapshot``: the load and store
+connections swap roles); where no poll takes it (explicit transactions),
+the thread ends it after ``IDLE_END``, and it sends the ROLLBACK of the
+snapshot the store connection held as the load connection, unless a
+commit's first statement carried it.
+
 The thread waits on a condition while nothing is due, and keeps only weak
 references to the instances.
 """

@@ -17,6 +17,7 @@ from ZODB import POSException
 from ZODB.utils import p64
 from ZODB.utils import tid_repr
 
+from relstorage.adapters.poll import split_poll
 from relstorage.storage import idle
 from relstorage.storage.reconnect import retry_if_disconnected
 
@@ -95,12 +96,21 @@ class SnapshotMethods:
         (``[(oid, tid)]``, [] if None), read in the same round trip where
         the database allows (with the previous snapshot's ROLLBACK, if
         that was put off)."""
+        adopted, self._adopted = self._adopted, None
+        if adopted is not None:
+            if adopted[0] == after_tid:
+                # Begun by the last commit's finish (_take_commit_snapshot).
+                self._snapshot_tid, changes = adopted[1], adopted[2]
+                self._saw(self._snapshot_tid)
+                return changes
+            self._rollback_due = True
         cm = self._adapter.connmanager
         if self._load_conn is not None and cm.replaced(self._load_conn):
             # Its replica file prefers another server now.
             self._drop_load_connection()
         if self._load_conn is None:
             self._load_conn, self._load_cursor = cm.open_load()
+            self._load_staged = False
             self._rollback_due = False
         self._snapshot_tid, changes = self._adapter.poller.begin_and_poll(
             cm, self._load_conn, self._load_cursor, after_tid,
@@ -119,11 +129,17 @@ class SnapshotMethods:
         else:
             self._stale = (tid, seen)
 
-    def _end_snapshot(self, now=True):
+    def _end_snapshot(self, now=True, keep_adopted=False):
         """End the snapshot.  ``now`` False, where a new snapshot starts
         right after (a poll), leaves the ROLLBACK to the round trip that
-        starts it."""
+        starts it.  A snapshot the last commit began for the next poll
+        (``_take_commit_snapshot``) ends too, unless ``keep_adopted``.
+        ``now`` also ends the snapshot the store connection still holds
+        from before the last commit."""
         self._between = False
+        if self._adopted is not None and not keep_adopted:
+            self._adopted = None
+            self._rollback_due = True
         if self._snapshot_tid is not None:
             self._snapshot_tid = None
             self._moved = {}
@@ -138,14 +154,40 @@ class SnapshotMethods:
             self._rollback_due = False
             self._adapter.connmanager.rollback(
                 self._load_conn, self._load_cursor)
+        if now and self._txn is None:
+            self._end_store_snapshot()
 
-    def _leave_snapshot(self):
+    def _leave_snapshot(self, keep_adopted=False):
         """End the snapshot without waiting for its ROLLBACK: the next
         snapshot's start carries it, or the idle thread sends it
         (relstorage.storage.idle)."""
-        self._end_snapshot(now=False)
+        self._end_snapshot(now=False, keep_adopted=keep_adopted)
         if self._rollback_due:
             idle.ender.due(self)
+
+    def _take_commit_snapshot(self, after_tid, rows):
+        """After a commit whose last round trip also began a snapshot on
+        the store connection and polled there for what changed after
+        ``after_tid`` (IPoller.poll_after_commit, ``rows`` its result):
+        the two connections swap roles, and the next poll or read takes
+        that snapshot without a round trip (``_begin_snapshot``).  So
+        ZODB's poll at the end of a transaction costs nothing after a
+        commit.  What the load connection still holds ends with the
+        next commit's first statement, or by the idle thread."""
+        self._end_snapshot(now=False)
+        old = (self._load_conn, self._load_cursor, self._rollback_due,
+               self._load_staged)
+        self._load_conn, self._load_cursor = (
+            self._store_conn, self._store_cursor)
+        self._load_staged = True
+        self._rollback_due = False
+        (self._store_conn, self._store_cursor, self._store_rollback_due,
+         self._store_staged) = old
+        last, changes = split_poll(rows)
+        self._adopted = (after_tid, last,
+                         changes if after_tid is not None else [])
+        # Ended if no poll takes it soon (explicit transactions).
+        idle.ender.due(self)
 
     def _end_idle_snapshot(self, loads=None):
         """Called by the idle thread (relstorage.storage.idle): send the
@@ -157,9 +199,16 @@ class SnapshotMethods:
             # snapshot between transactions is being read.
             return
         try:
-            if self._closed or self._load_conn is None:
+            if self._closed:
+                return
+            if self._txn is None:
+                self._end_store_snapshot()
+            if self._load_conn is None:
                 return
             if self._rollback_due and self._snapshot_tid is None:
+                self._end_snapshot()
+            elif self._adopted is not None and self._txn is None:
+                # No poll took the snapshot the last commit began.
                 self._end_snapshot()
             elif (loads is not None and self._between
                     and self._snapshot_tid is not None and self._txn is None
@@ -184,6 +233,8 @@ class SnapshotMethods:
         self._snapshot_tid = None
         self._moved = {}
         self._rollback_due = False
+        self._adopted = None
+        self._load_staged = False
         self._prefetched.clear()
         if self._load_conn is not None:
             self._adapter.connmanager.close(self._load_conn, self._load_cursor)
@@ -197,8 +248,17 @@ class SnapshotMethods:
         in time and every cached object must go."""
         with self._lock:
             self._check_open()
-            # The old snapshot ends in the round trip that starts the new.
-            self._end_snapshot(now=False)
+            # The old snapshot ends in the round trip that starts the new
+            # (none where the last commit began it for ZODB's poll at the
+            # end of the transaction, which does not ask for the latest
+            # state: _take_commit_snapshot).
+            self._end_snapshot(now=False, keep_adopted=self._end_poll)
+            if self._finished_unpolled:
+                # Whether ZODB polls at the end of a transaction (implicit
+                # transactions): then the next commit begins this poll's
+                # snapshot.
+                self._finished_unpolled = False
+                self._polls_after_commit = self._end_poll
             prev = self._polled_tid
             changes = self._start_snapshot(prev)
             self._between, self._end_poll = self._end_poll, False
@@ -281,4 +341,5 @@ class SnapshotMethods:
         # inside one while the application does something else: without
         # waiting, for ZODB usually polls right after (relstorage.storage.idle).
         with self._lock:
-            self._leave_snapshot()
+            # (Not the snapshot a commit began for that poll.)
+            self._leave_snapshot(keep_adopted=True)

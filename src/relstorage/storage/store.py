@@ -23,6 +23,7 @@ class StoreConnectionMethods:
             self._adapter.connmanager.close(
                 self._store_conn, self._store_cursor)
             self._store_conn = self._store_cursor = None
+        self._store_rollback_due = False
 
     def _reopen_store(self):
         self._drop_store_connection()
@@ -42,14 +43,34 @@ class StoreConnectionMethods:
         return cursor, self._adapter.connmanager.store_begin_statements(
             conn, cursor)
 
-    def _writer_cursor(self):
+    def _writer_cursor(self, rollback_later=False):
         """The cursor of the committing connection.  Outside a commit it
-        reads the latest committed data."""
+        reads the latest committed data.  The connection may have been the
+        load connection until the last commit (``_take_commit_snapshot``):
+        its snapshot ends here, unless ``rollback_later`` (the caller's
+        first statement carries the ROLLBACK), and it gets the staging
+        table once."""
         self._check_open()
+        cm = self._adapter.connmanager
         if self._store_conn is None:
-            self._store_conn, self._store_cursor = (
-                self._adapter.connmanager.open_store())
+            self._store_conn, self._store_cursor = cm.open_store()
+            self._store_staged = True
+            self._store_rollback_due = False
+        elif not self._store_staged:
+            self._end_store_snapshot()
+            cm.prepare_store(self._store_conn, self._store_cursor)
+            self._store_staged = True
+        elif not rollback_later:
+            self._end_store_snapshot()
         return self._store_cursor
+
+    def _end_store_snapshot(self):
+        """Send the ROLLBACK still due on the store connection: the end of
+        the snapshot it held as the load connection."""
+        if self._store_rollback_due:
+            self._store_rollback_due = False
+            self._adapter.connmanager.rollback(
+                self._store_conn, self._store_cursor)
 
     def _read_latest(self, what, read):
         """``read(cursor)`` on the committing connection; outside a commit a
@@ -67,15 +88,23 @@ class StoreConnectionMethods:
                     and self._adapter.connmanager.replaced(self._store_conn)):
                 # Its replica file prefers another server now.
                 self._drop_store_connection()
-            cursor = self._writer_cursor()
-            # Before the transaction starts: emptying may end one (MySQL's
-            # TRUNCATE).
-            self._adapter.mover.clear_temp(cursor)
+            cursor = self._writer_cursor(rollback_later=True)
             cm = self._adapter.connmanager
             statements = cm.store_begin_statements(self._store_conn, cursor)
             if statements is None:
+                self._end_store_snapshot()
+            # Before the transaction starts: emptying may end one.  (Where
+            # the first statement carries the start, PostgreSQL and MySQL,
+            # this sends nothing: the start empties the staging table.)
+            self._adapter.mover.clear_temp(cursor)
+            if statements is None:
                 cm.begin_store(self._store_conn, cursor)
                 return cursor
+            if self._store_rollback_due:
+                # The end of the snapshot the connection held as the load
+                # connection goes first.
+                self._store_rollback_due = False
+                statements = ['ROLLBACK', *statements]
             # Sent with the commit's first statement: a round trip less.
             return BeginningCursor(cm, cursor, statements,
                                    self._reopen_unbegun)

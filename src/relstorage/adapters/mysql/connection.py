@@ -224,13 +224,16 @@ class MySQLConnectionManager(ConnectionManager):
     def open_store(self):
         conn = self.connect()
         cursor = conn.cursor()
+        self.prepare_store(conn, cursor)
+        return conn, cursor
+
+    def prepare_store(self, conn, cursor):
         # READ COMMITTED for the whole session (every transaction of a
         # store connection reads the latest rows; snapshots say REPEATABLE
         # READ themselves): one statement less in every commit's batch.
         run_batch(cursor, f'{TEMP_STORE}; {TEMP_COMMIT}; SET SESSION '
                           f'TRANSACTION ISOLATION LEVEL READ COMMITTED')
         self._staging.add(conn)
-        return conn, cursor
 
     def _in_transaction(self, conn):
         # Neither driver reports it portably; ROLLBACK outside a

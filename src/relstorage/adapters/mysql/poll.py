@@ -10,11 +10,22 @@ from relstorage.adapters.poll import POLL
 from relstorage.adapters.poll import Poller
 from relstorage.adapters.poll import split_poll
 
+from .connection import SNAPSHOT_BEGIN
 from .connection import run_batch
 
 
 class _MySQLPoller(Poller):
     LAST_TID = 'SELECT tid FROM commit_row WHERE id = 0'
+
+    def poll_after_commit(self, connmanager, after_tid):
+        if connmanager.galera:
+            # A snapshot on a Galera node first waits for the cluster's
+            # commits (connection.GALERA_SNAPSHOT_BEGIN), a wait that may
+            # time out: never after a COMMIT whose success the caller has
+            # not heard yet.
+            return None
+        return (SNAPSHOT_BEGIN, self.POLL,
+                (NO_CHANGES if after_tid is None else after_tid,))
 
     def begin_and_poll(self, connmanager, conn, cursor, after_tid,
                        end_previous=False):

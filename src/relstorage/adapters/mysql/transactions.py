@@ -75,9 +75,11 @@ class _MySQLTransactionControl(TransactionControl):
             + self._restore_tail)
 
     def finish_and_commit(self, cursor, user, description, extension,
-                          status, rows=None):
+                          status, rows=None, then=None):
         """The whole last step and the COMMIT in one round trip; returns
-        the tid."""
+        the tid, or with ``then`` (``(begin, select, params)``, see
+        ITransactionControl) the tid and ``select``'s rows, in the same
+        round trip."""
         params = ()
         if self.INSERT_TRANSACTION is not None:
             params = (status == 'p', user, description, extension)
@@ -90,9 +92,18 @@ class _MySQLTransactionControl(TransactionControl):
             if batch is None:
                 batch = self._finish[guard] = ';\n'.join(
                     self._head + self._moves + tail)
-        tid, committed = run_batch(cursor, batch, params)[-1][0]
+        if then is not None:
+            begin, select, then_params = then
+            # A failed guard or COMMIT stops the batch before these.
+            batch = f'{batch};\n{begin};\n{select}'
+            params += tuple(then_params)
+        results = run_batch(cursor, batch, params)
+        found = None
+        if then is not None:
+            found = results.pop()
+        tid, committed = results[-1][0]
         self._connmanager.ended(cursor.connection, committed)
-        return int(tid)
+        return int(tid) if then is None else (int(tid), list(found))
 
 
     def finish_restore(self, cursor, tid, user, description, extension,

@@ -112,11 +112,14 @@ class PostgreSQLConnectionManager(ConnectionManager):
     def open_store(self):
         conn = self.connect()
         cursor = conn.cursor()
-        cursor.execute(TEMP_STORE)
-        for statement in self.store_setup:
-            cursor.execute(statement)
+        self.prepare_store(conn, cursor)
         self.driver.prepare(cursor, self.prepared)
         return conn, cursor
+
+    def prepare_store(self, conn, cursor):
+        # The staging table and the finish functions, in one round trip
+        # (psycopg 3 sends statements without parameters as one query too).
+        cursor.execute('; '.join([TEMP_STORE, *self.store_setup]))
 
     def _lock_timeout_ms(self):
         # 0 would mean "wait forever" to PostgreSQL.

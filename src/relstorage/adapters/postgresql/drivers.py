@@ -169,6 +169,12 @@ def bytea_array(states):
         for state in states])
 
 
+#: In the statements that follow a call's COMMIT (``call_and_commit``): the
+#: call's value, kept across the COMMIT in a session setting.
+RESULT = "current_setting('relstorage.result')::bigint"
+_RESULT = f'SELECT {RESULT}'
+
+
 class Prepared:
     """One statement that every load and store connection prepares on the
     server, so that the hot paths (a load per object, the poll at every
@@ -255,15 +261,17 @@ class Psycopg2Driver:
         query, one round trip; the cursor holds ``sql``'s rows."""
         cursor.execute('; '.join([*statements, sql]), params)
 
-    def call_and_commit(self, cursor, call, params):
-        """``call`` (a SELECT of one value) and COMMIT in one round trip:
-        psycopg2 binds on the client and sends several statements as one
-        query; the value survives the COMMIT in a session setting."""
+    def call_and_commit(self, cursor, call, params, then=_RESULT,
+                        then_params=()):
+        """``call`` (a SELECT of one value), COMMIT and ``then`` in one
+        round trip; returns the rows of ``then``'s last statement, where
+        ``RESULT`` is the value of ``call``.  psycopg2 binds on the client
+        and sends several statements as one query; the value survives the
+        COMMIT in a session setting."""
         cursor.execute(
             f"SELECT set_config('relstorage.result', ({call})::text, "
-            f"false); COMMIT; SELECT current_setting('relstorage.result')",
-            params)
-        return int(cursor.fetchone()[0])
+            f"false); COMMIT; {then}", params + then_params)
+        return cursor.fetchall()
 
     def can_copy(self):
         """Whether COPY works: psycopg2 refuses it while a wait callback
@@ -361,12 +369,11 @@ class PsycopgDriver:
                 cursor.execute(statement)
             cursor.execute(sql, params)
 
-    def call_and_commit(self, cursor, call, params):
-        rows = self._last_result(
+    def call_and_commit(self, cursor, call, params, then=_RESULT,
+                        then_params=()):
+        return self._last_result(
             cursor, f"SELECT set_config('relstorage.result', ({call})::text, "
-            f"false); COMMIT; SELECT current_setting('relstorage.result')",
-            params)
-        return int(rows[0][0])
+            f"false); COMMIT; {then}", params + then_params)
 
     def copy_in(self, cursor, table, columns, rows):
         with cursor.copy(

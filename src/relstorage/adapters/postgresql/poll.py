@@ -37,6 +37,10 @@ class _PostgreSQLPoller(Poller):
             cursor, self._changes, (after_tid, last_tid))
         return cursor.fetchall()
 
+    def poll_after_commit(self, connmanager, after_tid):
+        return (SNAPSHOT_BEGIN, self.POLL,
+                (NO_CHANGES if after_tid is None else after_tid,))
+
     def begin_and_poll(self, connmanager, conn, cursor, after_tid,
                        end_previous=False):
         first = f'ROLLBACK; {SNAPSHOT_BEGIN}' if end_previous else (

@@ -2,8 +2,10 @@
 
 The last step of a commit (take the commit lock, choose the tid from the
 server's clock, record the transaction, move the staged rows, move the
-last-tid marker) runs as one call of a function, and with psycopg2 the
-COMMIT travels in the same round trip.  The function is temporary
+last-tid marker) runs as one call of a function, and the COMMIT travels
+in the same round trip (with psycopg 3 through a client-binding cursor),
+followed, where the core asks, by the next snapshot's BEGIN and its poll
+(IPoller.poll_after_commit).  The function is temporary
 (``pg_temp``): each store session creates its own when it opens, so the
 database holds no code that another relstorage version would have to
 migrate.  Its body is made from the same statements the step-by-step path
@@ -23,6 +25,7 @@ as hex (a 250 KB bytea took 3.3 ms), where the binary COPY parses nothing:
 """
 from relstorage.adapters.transactions import TransactionControl
 
+from .drivers import RESULT
 from .drivers import bigint_array
 from .drivers import bytea_array
 from .drivers import oid_array
@@ -90,6 +93,11 @@ _ROWS = """(
         ) AS staged"""
 
 
+#: The key of the tid's row among a poll's rows (the last tid's is -1,
+#: changes' are oids).
+_TID_KEY = -2
+
+
 def _as_function(statement, *names):
     """One statement of the step-by-step path, with its ``%s`` parameters
     replaced by the function's variables ``names``, in order."""
@@ -144,18 +152,29 @@ class _PostgreSQLTransactionControl(TransactionControl):
             statements='\n'.join(statements))
 
     def finish_and_commit(self, cursor, user, description, extension,
-                          status, rows=None):
-        """The whole last step and the COMMIT; returns the tid."""
+                          status, rows=None, then=None):
+        """The whole last step and the COMMIT; returns the tid, or with
+        ``then`` (``(begin, select, params)``, see ITransactionControl) the
+        tid and ``select``'s rows, all in one round trip."""
         params = (user, description, extension, status == 'p')
-        if rows is None:
-            return self.driver.call_and_commit(
-                cursor, self.FINISH_CALL, params)
-        return self.driver.call_and_commit(
-            cursor, self.FINISH_ROWS_CALL, params + (
-                oid_array([row[0] for row in rows]),
-                bigint_array([row[1] for row in rows]),
-                bytea_array([row[2] for row in rows]),
-                oid_array([row[3] for row in rows])))
+        call = self.FINISH_CALL
+        if rows is not None:
+            call = self.FINISH_ROWS_CALL
+            params += (oid_array([row[0] for row in rows]),
+                       bigint_array([row[1] for row in rows]),
+                       bytea_array([row[2] for row in rows]),
+                       oid_array([row[3] for row in rows]))
+        if then is None:
+            return int(self.driver.call_and_commit(cursor, call, params)[0][0])
+        begin, select, then_params = then
+        # psycopg2 returns only the last statement's rows: the tid rides
+        # with ``select``'s, tagged with a key no oid has.
+        found = self.driver.call_and_commit(
+            cursor, call, params,
+            f'{begin}; SELECT {_TID_KEY}, {RESULT} UNION ALL {select}',
+            then_params)
+        tid = next(row[1] for row in found if row[0] == _TID_KEY)
+        return tid, [row for row in found if row[0] != _TID_KEY]
 
 
     def finish_restore(self, cursor, tid, user, description, extension,
