@@ -30,6 +30,7 @@ EXPECTED = {
     'transaction begun and aborted, nothing changed': 2,
     'the same, explicit transactions': 1,
     'one-object commit, its polls included': 3,
+    'the same with a read-current object (BTrees)': 3,
 }
 
 
@@ -103,6 +104,16 @@ def test_round_trips(relayed):
             tm.commit()
         counted['one-object commit, its polls included'] = _count(
             relay, one_object)
+
+        def read_current():
+            tm.begin()
+            checked = root['k1']
+            checked['v']    # (readCurrent needs a loaded object)
+            conn.readCurrent(checked)
+            root['k0']['v'] += 1
+            tm.commit()
+        counted['the same with a read-current object (BTrees)'] = _count(
+            relay, read_current)
 
         explicit_tm = transaction.TransactionManager(explicit=True)
         explicit = db.open(explicit_tm)

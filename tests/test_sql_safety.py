@@ -52,6 +52,12 @@ REVIEWED = {
     ('adapters/mysql/connection.py', "'; '.join([*statements, sql])"):
         'the statements that begin a commit (constants of the code) and a '
         'statement whose values are bound',
+    ('adapters/mysql/locks.py', 'self._lock_objects_sql(oids, staged)'):
+        'a statement of the code, or one with an IN list of ints '
+        '(objects.in_list)',
+    ('adapters/mysql/locks.py', 'self._read_current_sql(read_current_oids)'):
+        'a statement of the code with an IN list of ints (objects.in_list) '
+        'and one of two lock clauses of the code',
     ('adapters/mysql/blobs.py',
      'self.INSERT_CHUNK % (blob_id, num, data.hex())'):
         'an int, an int and hex digits (x\'...\' literal)',
@@ -65,8 +71,6 @@ REVIEWED = {
         'table names of the code',
     ('cli/stats.py', 'SELECT pack_tid FROM pack_run WHERE phase = %d'):
         'a constant of the code written with %d',
-    ('adapters/mysql/locks.py', 'share=share'):
-        'one of two lock clauses of the code',
     ('adapters/postgresql/drivers.py', 's.prepare_sql for s in statements'):
         'PREPARE statements of the code',
     ('adapters/oracle/locks.py', 'wait=self._wait()'):

@@ -251,6 +251,51 @@ def test_a_commit_that_only_checks_a_serial_commits(open_storage):
     assert storage.lastTransaction() == later
 
 
+@pytest.mark.parametrize('writes', [True, False],
+                         ids=['with-a-write', 'only-the-check'])
+def test_a_read_current_object_being_committed_fails_the_vote_at_once(
+        open_storage, writes):
+    """A vote whose read-current object another commit has locked (voted,
+    not finished) raises ReadConflictError without waiting for that
+    commit, whether it writes anything or not; once the other commit is
+    done, the retry on fresh data commits."""
+    storage = open_storage(commit_lock_timeout=10)
+    if storage._adapter.capabilities.database_wide_write_lock:
+        pytest.skip('one write lock for the database: the vote waits')
+    checked, written = storage.new_oid(), storage.new_oid()
+    serial = _commit(storage, checked, z64, 1)
+    written_serial = _commit(storage, written, z64, 1)
+    other = storage.new_instance()
+    try:
+        t_other = TransactionMetaData()
+        other.tpc_begin(t_other)
+        other.store(checked, serial, zodb_pickle(MinPO(2)), '', t_other)
+        other.tpc_vote(t_other)
+        t = TransactionMetaData()
+        storage.tpc_begin(t)
+        storage.checkCurrentSerialInTransaction(checked, serial, t)
+        if writes:
+            storage.store(written, written_serial, zodb_pickle(MinPO(2)),
+                          '', t)
+        began = time.monotonic()
+        with pytest.raises(ReadConflictError) as e:
+            storage.tpc_vote(t)
+        assert time.monotonic() - began < 5
+        assert e.value.oid in (None, checked)
+        storage.tpc_abort(t)
+        new_serial = other.tpc_finish(t_other)
+        t = TransactionMetaData()
+        storage.tpc_begin(t)
+        storage.checkCurrentSerialInTransaction(checked, new_serial, t)
+        if writes:
+            storage.store(written, written_serial, zodb_pickle(MinPO(3)),
+                          '', t)
+        storage.tpc_vote(t)
+        storage.tpc_finish(t)
+    finally:
+        other.release()
+
+
 @pytest.mark.parametrize('objects,explicit', [(1, False), (300, False),
                                                (1, True)],
                          ids=['as-arguments', 'staged', 'step-by-step'])

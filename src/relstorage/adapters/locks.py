@@ -9,6 +9,8 @@ tids of the rows they lock.  The commit lock at finish is the row lock of
 ``commit_row``.  A subclass supplies the statements and says which driver
 error means "the lock was not available".
 """
+import contextlib
+
 from ZODB.POSException import ReadConflictError
 
 from relstorage.adapters.interfaces import ILocker
@@ -39,18 +41,31 @@ class RowLocker:
         raise NotImplementedError
 
     def lock_for_vote(self, cursor, oids, read_current_oids, staged=True):
-        locked = self._lock_objects(cursor, oids, staged) if oids else {}
         if not read_current_oids:
-            return locked, {}
-        try:
+            return (self._lock_objects(cursor, oids, staged) if oids
+                    else {}), {}
+        return self._lock_both(cursor, oids, read_current_oids, staged)
+
+    def _lock_both(self, cursor, oids, read_current_oids, staged):
+        """``lock_for_vote`` with read-current objects, in as few round
+        trips as the database allows; by default one statement after the
+        other."""
+        locked = self._lock_objects(cursor, oids, staged) if oids else {}
+        with self._refusal_is_conflict():
             current = self._lock_read_current(cursor, read_current_oids)
+        return locked, current
+
+    @contextlib.contextmanager
+    def _refusal_is_conflict(self):
+        """A read-current lock refused inside is a ReadConflictError."""
+        try:
+            yield
         except self.connmanager.driver.Error as e:
             if not self._lock_refused(e):
                 raise
             raise ReadConflictError(
                 'an object this transaction read with readCurrent is being '
                 'changed by a concurrent commit') from e
-        return locked, current
 
     def hold_commit_lock(self, cursor):
         cursor.execute(self.COMMIT_LOCK)

@@ -2,7 +2,7 @@
 
 At vote, the rows of every object the transaction writes are locked
 ``FOR UPDATE`` in primary-key order, then read-current rows get shared
-locks with NOWAIT (MySQL 8: ``FOR SHARE NOWAIT``; MariaDB:
+locks (in the same round trip, a second statement of the batch) with NOWAIT (MySQL 8: ``FOR SHARE NOWAIT``; MariaDB:
 ``LOCK IN SHARE MODE NOWAIT``), so a vote never waits behind a committer
 that is about to change an object it relies on.  At finish, the commit
 lock is the row lock on ``commit_row``: a row lock, not GET_LOCK, so that
@@ -29,22 +29,39 @@ class MySQLLocker(RowLocker):
         FROM commit_row WHERE id = 0
         FOR UPDATE"""
 
-    def _lock_objects(self, cursor, oids, staged):
+    def _lock_objects_sql(self, oids, staged):
         if staged:
             # The staged rows are the oids: the statement joins temp_store.
-            cursor.execute(self.LOCK_OBJECTS)
-        else:
-            # A small commit that did not stage its rows (at most
-            # inline_limit oids).
-            cursor.execute(self.LOCK_LISTED.format(in_list=in_list(oids)))
+            return self.LOCK_OBJECTS
+        # A small commit that did not stage its rows (at most inline_limit
+        # oids).
+        return self.LOCK_LISTED.format(in_list=in_list(oids))
+
+    def _read_current_sql(self, oids):
+        share = ('LOCK IN SHARE MODE NOWAIT' if self.connmanager.is_mariadb
+                 else 'FOR SHARE NOWAIT')
+        return self.READ_CURRENT.format(in_list=in_list(list(oids)),
+                                        share=share)
+
+    def _lock_objects(self, cursor, oids, staged):
+        cursor.execute(self._lock_objects_sql(oids, staged))
         return dict(cursor.fetchall())
 
     def _lock_read_current(self, cursor, oids):
-        share = ('LOCK IN SHARE MODE NOWAIT' if self.connmanager.is_mariadb
-                 else 'FOR SHARE NOWAIT')
-        cursor.execute(self.READ_CURRENT.format(
-            in_list=in_list(list(oids)), share=share))
+        cursor.execute(self._read_current_sql(oids))
         return dict(cursor.fetchall())
+
+    def _lock_both(self, cursor, oids, read_current_oids, staged):
+        if not oids:
+            return super()._lock_both(cursor, oids, read_current_oids, staged)
+        # Both statements in one round trip; a refused shared lock is the
+        # second statement's error, raised when its result is reached.
+        cursor.execute(f'{self._lock_objects_sql(oids, staged)}; '
+                       f'{self._read_current_sql(read_current_oids)}')
+        locked = dict(cursor.fetchall())
+        with self._refusal_is_conflict():
+            cursor.nextset()
+        return locked, dict(cursor.fetchall())
 
     def _lock_refused(self, error):
         return error_number(error) in (ER_LOCK_NOWAIT, ER_LOCK_WAIT_TIMEOUT)
