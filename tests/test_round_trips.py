@@ -297,6 +297,48 @@ def test_snapshots_no_poll_takes_end_when_idle(relayed, backend):
     assert zodb_unpickle(storage.load(oid)[0]).value == 3
 
 
+def test_conflicts_resolved_at_vote_cost_one_round_trip(relayed):
+    """A commit whose vote meets another process's changes to several
+    objects reads their committed states in one round trip, whatever
+    their number: while the vote holds the locks, each round trip keeps
+    other committers waiting.  (The states they were based on come from
+    the process's cache.)"""
+    from BTrees.Length import Length
+    relay, open_ = relayed
+    db1, db2 = ZODB.DB(open_()), ZODB.DB(open_())
+    try:
+        tm1, tm2 = (transaction.TransactionManager() for _ in range(2))
+        c1, c2 = db1.open(tm1), db2.open(tm2)
+        for i in range(3):
+            c1.root()[f'n{i}'] = Length()
+        tm1.commit()
+        for i in range(2):
+            # (Both its connections ready to commit: they swap roles.)
+            tm2.begin()
+            c2.root()['warm'] = i
+            tm2.commit()
+        lengths = [c2.root()[f'n{i}'] for i in range(3)]
+        for length in lengths:
+            length()     # loaded before the other commit
+        for i in range(3):
+            c1.root()[f'n{i}'].change(1)
+        tm1.commit()
+        for length in lengths:
+            length.change(10)
+        before = relay.snapshot()
+        tm2.commit()
+        trips = (relay.snapshot() - before).round_trips
+        # The vote, the committed states, the finish (with the next poll).
+        assert trips == 3
+        tm1.begin()
+        assert [c1.root()[f'n{i}']() for i in range(3)] == [11, 11, 11]
+        c1.close()
+        c2.close()
+    finally:
+        db1.close()
+        db2.close()
+
+
 def test_the_idle_thread_starts_again_in_a_forked_child():
     """A child process forked after the thread started has no thread: the
     ender starts one of its own there."""

@@ -34,9 +34,9 @@ REVIEWED = {
         'pragma values checked to be plain numbers or words '
         '(check_pragmas)',
     ('adapters/postgresql/connection.py',
-     "'; '.join([TEMP_STORE, *self.store_setup])"):
-        'the staging table and the finish functions, made by the code '
-        'from its own statements',
+     "'; '.join(['ROLLBACK'] * rollback + [TEMP_STORE, *self.store_setup])"):
+        'a ROLLBACK, the staging table and the finish functions, made by '
+        'the code from its own statements',
     ('adapters/postgresql/drivers.py', 'first'):
         'statement constants of the code, no values',
     ('adapters/postgresql/drivers.py', 'statement.execute_sql'):

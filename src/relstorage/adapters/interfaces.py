@@ -117,11 +117,12 @@ class IConnectionManager(Interface):
         """Open a connection for committing.  Returns ``(conn, cursor)``.
         Its lock waits are bounded by commit-lock-timeout."""
 
-    def prepare_store(conn, cursor):
-        """Make a connection opened by ``open_load`` (outside a
-        transaction) fit for committing, as ``open_store`` makes its own
-        (the staging table and what else commits need in the session).
-        Needed only where IPoller.poll_after_commit is supported."""
+    def prepare_store(conn, cursor, rollback=False):
+        """Make a connection opened by ``open_load`` fit for committing, as
+        ``open_store`` makes its own (the staging table and what else
+        commits need in the session), first ending the transaction it is
+        in if ``rollback``.  Needed only where IPoller.poll_after_commit is
+        supported."""
 
     def begin_store(conn, cursor):
         """Start the transaction of a commit (at tpc_begin), with lock waits

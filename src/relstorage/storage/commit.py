@@ -230,7 +230,13 @@ class PendingTransaction:
                 raise ConflictError(
                     oid=p64(oid), serials=(p64(committed_tid), p64(prev_tid)),
                     data=state)
-            committed = mover.load_current(cursor, oid)
+        # The committed states to merge with, in one round trip (the rows
+        # are locked: they are the ones the locks read).
+        committed_states = mover.load_currents(
+            cursor, [conflict[0] for conflict in conflicts]) if (
+                conflicts) else {}
+        for oid, committed_tid, prev_tid, state in conflicts:
+            committed = committed_states.get(oid)
             committed_state = committed[0] if committed else None
             if committed_state is None:
                 raise ConflictError(

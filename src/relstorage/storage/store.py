@@ -57,8 +57,10 @@ class StoreConnectionMethods:
             self._store_staged = True
             self._store_rollback_due = False
         elif not self._store_staged:
-            self._end_store_snapshot()
-            cm.prepare_store(self._store_conn, self._store_cursor)
+            # (With the ROLLBACK still due, in the same round trip.)
+            cm.prepare_store(self._store_conn, self._store_cursor,
+                             rollback=self._store_rollback_due)
+            self._store_rollback_due = False
             self._store_staged = True
         elif not rollback_later:
             self._end_store_snapshot()

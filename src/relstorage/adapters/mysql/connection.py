@@ -227,12 +227,13 @@ class MySQLConnectionManager(ConnectionManager):
         self.prepare_store(conn, cursor)
         return conn, cursor
 
-    def prepare_store(self, conn, cursor):
+    def prepare_store(self, conn, cursor, rollback=False):
         # READ COMMITTED for the whole session (every transaction of a
         # store connection reads the latest rows; snapshots say REPEATABLE
         # READ themselves): one statement less in every commit's batch.
-        run_batch(cursor, f'{TEMP_STORE}; {TEMP_COMMIT}; SET SESSION '
-                          f'TRANSACTION ISOLATION LEVEL READ COMMITTED')
+        run_batch(cursor, ('ROLLBACK; ' if rollback else '')
+                  + f'{TEMP_STORE}; {TEMP_COMMIT}; SET SESSION '
+                    f'TRANSACTION ISOLATION LEVEL READ COMMITTED')
         self._staging.add(conn)
 
     def _in_transaction(self, conn):

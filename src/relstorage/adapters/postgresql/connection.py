@@ -116,10 +116,11 @@ class PostgreSQLConnectionManager(ConnectionManager):
         self.driver.prepare(cursor, self.prepared)
         return conn, cursor
 
-    def prepare_store(self, conn, cursor):
+    def prepare_store(self, conn, cursor, rollback=False):
         # The staging table and the finish functions, in one round trip
         # (psycopg 3 sends statements without parameters as one query too).
-        cursor.execute('; '.join([TEMP_STORE, *self.store_setup]))
+        cursor.execute('; '.join(
+            ['ROLLBACK'] * rollback + [TEMP_STORE, *self.store_setup]))
 
     def _lock_timeout_ms(self):
         # 0 would mean "wait forever" to PostgreSQL.
