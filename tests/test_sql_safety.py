@@ -52,6 +52,10 @@ REVIEWED = {
     ('adapters/mysql/connection.py', "'; '.join([*statements, sql])"):
         'the statements that begin a commit (constants of the code) and a '
         'statement whose values are bound',
+    ('adapters/objects.py',
+     'self.LOAD_REVISIONS.format(oids=oid_list, tids=tid_list)'):
+        'placeholders, or ints written by in_list (MySQL); the values are '
+        'bound',
     ('adapters/mysql/locks.py', 'self._lock_objects_sql(oids, staged)'):
         'a statement of the code, or one with an IN list of ints '
         '(objects.in_list)',

@@ -252,6 +252,11 @@ class IObjectMover(Interface):
     def load_revision(cursor, oid, tid):
         """The state written by transaction ``tid``, or None."""
 
+    def load_revisions(cursor, revisions):
+        """``{(oid, tid): state}`` of those of ``revisions`` (``[(oid,
+        tid)]``) that exist, in one round trip where the database allows;
+        used where ``LOAD_REVISIONS`` is set (history-preserving)."""
+
     def load_before(cursor, oid, tid):
         """``(state, start_tid)`` of the newest revision older than
         ``tid``, or None."""

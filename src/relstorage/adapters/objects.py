@@ -26,6 +26,9 @@ class ObjectMover:
     LOAD_CURRENT = None          # (oid) -> state, tid
     LOAD_CURRENTS = None         # format with {in_list}: -> oid, state, tid
     LOAD_REVISION = None         # (oid, tid) -> state
+    #: Format with {oids} and {tids} (history-preserving; None: none
+    #: kept): -> oid, tid, state
+    LOAD_REVISIONS = None
     LOAD_BEFORE = None           # (oid, tid) -> state, tid
     NEXT_REVISION = None         # (oid, tid) -> tid
     EXISTS = None                # (oid) -> 1
@@ -67,6 +70,25 @@ class ObjectMover:
         cursor.execute(self.LOAD_REVISION, (oid, tid))
         row = cursor.fetchone()
         return None if row is None else _bytes(row[0])
+
+    def load_revisions(self, cursor, revisions):
+        """``{(oid, tid): state}`` of the revisions ``[(oid, tid)]`` that
+        exist, in one round trip (per IN_BATCH oids)."""
+        wanted = set(revisions)
+        tids = sorted({tid for _, tid in wanted})
+        found = {}
+        for oids in batched(sorted({oid for oid, _ in wanted}),
+                            self.IN_BATCH):
+            oid_list, oid_params = self._in_list(oids)
+            tid_list, tid_params = self._in_list(tids)
+            params = None if oid_params is None else (
+                list(oid_params) + list(tid_params))
+            cursor.execute(self.LOAD_REVISIONS.format(
+                oids=oid_list, tids=tid_list), params)
+            for oid, tid, state in cursor.fetchall():
+                if (oid, tid) in wanted:
+                    found[oid, tid] = _bytes(state)
+        return found
 
     def load_before(self, cursor, oid, tid):
         cursor.execute(self.LOAD_BEFORE, (oid, tid))

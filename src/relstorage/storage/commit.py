@@ -97,6 +97,9 @@ class PendingTransaction:
         self._inline = False     # rows go to finish_and_commit, not staged
         #: The commit's blobs (relstorage.blobs.base.PendingBlobs), or None.
         self.blobs = None
+        #: ``{(oid, tid): state}`` read at vote for conflict resolution:
+        #: the revisions conflicting rows were based on (loadSerial).
+        self.base_states = {}
         #: The rows of the select ``finish`` ran after the COMMIT (its
         #: ``then``), or None.
         self.after_commit = None
@@ -231,10 +234,23 @@ class PendingTransaction:
                     oid=p64(oid), serials=(p64(committed_tid), p64(prev_tid)),
                     data=state)
         # The committed states to merge with, in one round trip (the rows
-        # are locked: they are the ones the locks read).
-        committed_states = mover.load_currents(
-            cursor, [conflict[0] for conflict in conflicts]) if (
-                conflicts) else {}
+        # are locked: they are the ones the locks read); with history, the
+        # states the transaction started from too, which ZODB's resolution
+        # reads with loadSerial (``base_states``).
+        committed_states = {}
+        if conflicts and mover.LOAD_REVISIONS is not None:
+            found = mover.load_revisions(cursor, [
+                revision for oid, committed_tid, prev_tid, _ in conflicts
+                for revision in ((oid, committed_tid), (oid, prev_tid))])
+            for oid, committed_tid, prev_tid, _ in conflicts:
+                if (oid, committed_tid) in found:
+                    committed_states[oid] = (found[oid, committed_tid],
+                                             committed_tid)
+                if (oid, prev_tid) in found:
+                    self.base_states[oid, prev_tid] = found[oid, prev_tid]
+        elif conflicts:
+            committed_states = mover.load_currents(
+                cursor, [conflict[0] for conflict in conflicts])
         for oid, committed_tid, prev_tid, state in conflicts:
             committed = committed_states.get(oid)
             committed_state = committed[0] if committed else None

@@ -386,17 +386,23 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
         started from (``tryToResolveConflict``)."""
         oid_int = id_to_int(oid, 'oid')
         tid_int = id_to_int(serial, 'serial')
+        if self._resolving and self._txn is not None:
+            state = self._txn.base_states.get((oid_int, tid_int))
+            if state is not None:
+                return state    # read at vote with the committed state
         recent = self._resolving and not self._options.keep_history
         if self._options.keep_history or recent:
             state = self._cache.get_revision(oid_int, tid_int)
+            if state is None and recent:
+                # (Resolving a conflict, the revision is one the database
+                # has replaced: no round trip to learn that.)
+                state = self._recent.get(oid_int, tid_int)
             if state is not None:
                 return state
         with self._lock:
             state = self._read_latest(
                 'loadSerial', lambda cursor: self._adapter.mover.load_revision(
                     cursor, oid_int, tid_int))
-            if state is None and recent:
-                state = self._recent.get(oid_int, tid_int)
             if state is None:
                 raise POSException.POSKeyError(oid)
             return state

@@ -133,6 +133,9 @@ class HistoryPreservingMover(_MySQLMover):
         JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
         WHERE c.zoid IN ({in_list})"""
     LOAD_REVISION = 'SELECT state FROM object_state WHERE zoid = %s AND tid = %s'
+    LOAD_REVISIONS = """
+        SELECT zoid, tid, state FROM object_state
+        WHERE zoid IN ({oids}) AND tid IN ({tids})"""
     LOAD_BEFORE = """
         SELECT state, tid FROM object_state
         WHERE zoid = %s AND tid < %s

@@ -73,6 +73,15 @@ class _PostgreSQLMover(ObjectMover):
         return {oid: (_bytes(state), tid)
                 for oid, state, tid in cursor.fetchall()}
 
+    def load_revisions(self, cursor, revisions):
+        wanted = set(revisions)
+        cursor.execute(self.LOAD_REVISIONS, (
+            oid_array(sorted({oid for oid, _ in wanted})),
+            oid_array(sorted({tid for _, tid in wanted}))))
+        return {(oid, tid): _bytes(state)
+                for oid, tid, state in cursor.fetchall()
+                if (oid, tid) in wanted}
+
     def current_tids(self, cursor, oids):
         cursor.execute(self.CURRENT_TIDS, (oid_array(oids),))
         return dict(cursor.fetchall())
@@ -99,6 +108,9 @@ class HistoryPreservingMover(_PostgreSQLMover):
         JOIN object_state o ON o.zoid = c.zoid AND o.tid = c.tid
         WHERE c.zoid = ANY(%s::bigint[])"""
     LOAD_REVISION = 'SELECT state FROM object_state WHERE zoid = %s AND tid = %s'
+    LOAD_REVISIONS = """
+        SELECT zoid, tid, state FROM object_state
+        WHERE zoid = ANY(%s::bigint[]) AND tid = ANY(%s::bigint[])"""
     LOAD_BEFORE = """
         SELECT state, tid FROM object_state
         WHERE zoid = %s AND tid < %s
