@@ -662,10 +662,13 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
             batch = self._batching and txn.requested_tid is not None
             cm = self._adapter.connmanager
             then = None
-            if self._polls_after_commit and not batch and not (
-                    cm.uses_replicas):
+            if (self._polls_after_commit and not batch
+                    and self._load_conn is not None
+                    and not cm.uses_replicas):
                 # The next poll's snapshot, begun after the COMMIT in the
-                # same round trip (_take_commit_snapshot).
+                # same round trip (_take_commit_snapshot).  (Only with a
+                # load connection to swap with: the instance keeps the
+                # connections it has, which a full server would refuse.)
                 then = self._adapter.poller.poll_after_commit(
                     cm, self._polled_tid)
             try:
