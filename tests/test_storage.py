@@ -266,17 +266,21 @@ def test_a_read_current_object_being_committed_fails_the_vote_at_once(
     serial = _commit(storage, checked, z64, 1)
     written_serial = _commit(storage, written, z64, 1)
     other = storage.new_instance()
+
+    def begin(checked_serial, value):
+        t = TransactionMetaData()
+        storage.tpc_begin(t)
+        storage.checkCurrentSerialInTransaction(checked, checked_serial, t)
+        if writes:
+            storage.store(written, written_serial, zodb_pickle(MinPO(value)),
+                          '', t)
+        return t
     try:
         t_other = TransactionMetaData()
         other.tpc_begin(t_other)
         other.store(checked, serial, zodb_pickle(MinPO(2)), '', t_other)
         other.tpc_vote(t_other)
-        t = TransactionMetaData()
-        storage.tpc_begin(t)
-        storage.checkCurrentSerialInTransaction(checked, serial, t)
-        if writes:
-            storage.store(written, written_serial, zodb_pickle(MinPO(2)),
-                          '', t)
+        t = begin(serial, 2)
         began = time.monotonic()
         with pytest.raises(ReadConflictError) as e:
             storage.tpc_vote(t)
@@ -284,12 +288,7 @@ def test_a_read_current_object_being_committed_fails_the_vote_at_once(
         assert e.value.oid in (None, checked)
         storage.tpc_abort(t)
         new_serial = other.tpc_finish(t_other)
-        t = TransactionMetaData()
-        storage.tpc_begin(t)
-        storage.checkCurrentSerialInTransaction(checked, new_serial, t)
-        if writes:
-            storage.store(written, written_serial, zodb_pickle(MinPO(3)),
-                          '', t)
+        t = begin(new_serial, 3)
         storage.tpc_vote(t)
         storage.tpc_finish(t)
     finally:

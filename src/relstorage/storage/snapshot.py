@@ -183,9 +183,8 @@ class SnapshotMethods:
         self._rollback_due = False
         (self._store_conn, self._store_cursor, self._store_rollback_due,
          self._store_staged) = old
-        last, changes = split_poll(rows)
-        self._adopted = (after_tid, last,
-                         changes if after_tid is not None else [])
+        # (No changes when ``after_tid`` is None: the poll asked for none.)
+        self._adopted = (after_tid, *split_poll(rows))
         # Ended if no poll takes it soon (explicit transactions).
         idle.ender.due(self)
 
