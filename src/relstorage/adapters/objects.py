@@ -75,12 +75,12 @@ class ObjectMover:
         """``{(oid, tid): state}`` of the revisions ``[(oid, tid)]`` that
         exist, in one round trip (per IN_BATCH oids)."""
         wanted = set(revisions)
-        tids = sorted({tid for _, tid in wanted})
+        tid_list, tid_params = self._in_list(
+            sorted({tid for _, tid in wanted}))
         found = {}
         for oids in batched(sorted({oid for oid, _ in wanted}),
                             self.IN_BATCH):
             oid_list, oid_params = self._in_list(oids)
-            tid_list, tid_params = self._in_list(tids)
             params = None if oid_params is None else (
                 list(oid_params) + list(tid_params))
             cursor.execute(self.LOAD_REVISIONS.format(

@@ -32,6 +32,11 @@ class Poller:
 
     LAST_TID = None   # () -> tid
     CHANGES = None    # (after_tid, last_tid) -> oid, tid
+    #: Statements (no parameters, no rows) that start a snapshot before
+    #: ``POLL``; None where a snapshot cannot follow a commit's COMMIT in
+    #: its round trip (poll_after_commit).
+    SNAPSHOT_BEGIN = None
+    POLL = None       # (after_tid or NO_CHANGES) -> rows for split_poll
 
     def last_tid(self, cursor):
         cursor.execute(self.LAST_TID)
@@ -43,8 +48,11 @@ class Poller:
         return cursor.fetchall()
 
     def poll_after_commit(self, connmanager, after_tid):
-        """See IPoller.poll_after_commit: None, not supported."""
-        return None
+        """See IPoller.poll_after_commit: None without SNAPSHOT_BEGIN."""
+        if self.SNAPSHOT_BEGIN is None:
+            return None
+        return (self.SNAPSHOT_BEGIN, self.POLL,
+                (NO_CHANGES if after_tid is None else after_tid,))
 
     def begin_and_poll(self, connmanager, conn, cursor, after_tid,
                        end_previous=False):

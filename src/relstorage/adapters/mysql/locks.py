@@ -2,8 +2,9 @@
 
 At vote, the rows of every object the transaction writes are locked
 ``FOR UPDATE`` in primary-key order, then read-current rows get shared
-locks (in the same round trip, a second statement of the batch) with NOWAIT (MySQL 8: ``FOR SHARE NOWAIT``; MariaDB:
-``LOCK IN SHARE MODE NOWAIT``), so a vote never waits behind a committer
+locks with NOWAIT (MySQL 8: ``FOR SHARE NOWAIT``; MariaDB:
+``LOCK IN SHARE MODE NOWAIT``), a second statement of the same batch and
+round trip, so that a vote never waits behind a committer
 that is about to change an object it relies on.  At finish, the commit
 lock is the row lock on ``commit_row``: a row lock, not GET_LOCK, so that
 it works on Galera clusters.  Every wait is bounded by

@@ -16,6 +16,7 @@ from .connection import run_batch
 
 class _MySQLPoller(Poller):
     LAST_TID = 'SELECT tid FROM commit_row WHERE id = 0'
+    SNAPSHOT_BEGIN = SNAPSHOT_BEGIN
 
     def poll_after_commit(self, connmanager, after_tid):
         if connmanager.galera:
@@ -24,8 +25,7 @@ class _MySQLPoller(Poller):
             # time out: never after a COMMIT whose success the caller has
             # not heard yet.
             return None
-        return (SNAPSHOT_BEGIN, self.POLL,
-                (NO_CHANGES if after_tid is None else after_tid,))
+        return super().poll_after_commit(connmanager, after_tid)
 
     def begin_and_poll(self, connmanager, conn, cursor, after_tid,
                        end_previous=False):

@@ -16,6 +16,7 @@ from .drivers import Prepared
 
 class _PostgreSQLPoller(Poller):
     LAST_TID = 'SELECT tid FROM commit_row WHERE id = 0'
+    SNAPSHOT_BEGIN = SNAPSHOT_BEGIN
 
     def __init__(self, driver):
         self.driver = driver
@@ -36,10 +37,6 @@ class _PostgreSQLPoller(Poller):
         self.driver.execute_prepared(
             cursor, self._changes, (after_tid, last_tid))
         return cursor.fetchall()
-
-    def poll_after_commit(self, connmanager, after_tid):
-        return (SNAPSHOT_BEGIN, self.POLL,
-                (NO_CHANGES if after_tid is None else after_tid,))
 
     def begin_and_poll(self, connmanager, conn, cursor, after_tid,
                        end_previous=False):
