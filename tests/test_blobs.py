@@ -615,6 +615,59 @@ def test_a_use_and_a_trim_exclude_each_other(tmp_path):
     assert cache.trim(str(tmp_path), 0) == (1, 1)   # used just now
 
 
+def _open_directory_at_once(directory, barrier, failures):
+    from relstorage.blobs.base import prepare_directory
+    from ZODB.blob import FilesystemHelper
+    try:
+        barrier.wait(10)
+        layout = prepare_directory(directory)
+        FilesystemHelper(directory, layout).create()
+        if layout != 'bushy':
+            failures.put(f'layout {layout!r}')
+    except Exception as e:
+        failures.put(repr(e))
+
+
+def test_processes_opening_a_new_blob_dir_at_once(tmp_path):
+    """Several processes creating one new blob directory at the same
+    moment (instances of a site starting together) all open it, with
+    ZODB's default layout; ZODB's own helper fails some with "File
+    exists" or reads the layout marker half-written."""
+    import multiprocessing
+    context = multiprocessing.get_context('fork')
+    processes = 6
+    failures = context.Queue()
+    for round_ in range(25):
+        directory = str(tmp_path / f'blobs{round_}')
+        barrier = context.Barrier(processes)
+        children = [context.Process(target=_open_directory_at_once,
+                                    args=(directory, barrier, failures))
+                    for _ in range(processes)]
+        for child in children:
+            child.start()
+        for child in children:
+            child.join(30)
+            assert child.exitcode == 0
+        assert failures.empty(), failures.get()
+        assert sorted(os.listdir(directory)) == ['.layout', 'tmp']
+
+
+def test_an_old_blob_dir_keeps_its_layout(tmp_path):
+    """A directory with files and no marker is ZODB's old "lawn" layout,
+    one with a marker keeps it."""
+    from relstorage.blobs.base import prepare_directory
+    lawn = tmp_path / 'lawn'
+    (lawn / '0x01').mkdir(parents=True)
+    assert prepare_directory(str(lawn)) == 'lawn'
+    assert (lawn / '.layout').read_text() == 'lawn'
+    assert prepare_directory(str(lawn)) == 'lawn'
+    marked = tmp_path / 'marked'
+    marked.mkdir()
+    (marked / '.layout').write_text('bushy')
+    (marked / '0x00').mkdir()
+    assert prepare_directory(str(marked)) == 'bushy'
+
+
 def test_placing_a_blob_makes_its_directory_again(open_storage, tmp_path,
                                                   monkeypatch):
     """A trim may remove an object's emptied directory while a blob is

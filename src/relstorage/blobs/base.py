@@ -5,7 +5,9 @@ import os
 import shutil
 import uuid
 
+from ZODB.blob import LAYOUT_MARKER
 from ZODB.blob import FilesystemHelper
+from ZODB.blob import auto_layout_select
 from ZODB.blob import remove_committed
 from ZODB.blob import rename_or_copy_blob
 from ZODB.POSException import POSKeyError
@@ -58,6 +60,40 @@ def make_dir(path):
     return path
 
 
+def prepare_directory(directory):
+    """Create the blob directory ``directory``, its layout marker and its
+    ``tmp`` directory where they are missing; returns the layout's name.
+
+    ZODB's ``FilesystemHelper.create`` checks for each before creating it,
+    so that two processes opening a new directory at once (two instances
+    of one site starting, or zodbconvert while a script opens the
+    destination) fail with "File exists", or one reads the marker the
+    other is half-way through writing and refuses the layout.  Here each
+    step holds whoever comes second: the directories are created with
+    ``exist_ok``, and the marker is written whole under a hidden name
+    (ZODB's layout heuristic ignores hidden files) and linked to its name,
+    which fails if another process linked its own first, whose layout is
+    then taken.  The marker precedes ``tmp``, so that a directory holding
+    only ``tmp`` means a layout already chosen, never an old "lawn"."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    marker = os.path.join(directory, LAYOUT_MARKER)
+    if not os.path.exists(marker):
+        layout = auto_layout_select(directory)
+        draft = os.path.join(directory, f'.layout-{uuid.uuid4().hex}')
+        with open(draft, 'w') as stream:
+            stream.write(layout)
+        try:
+            os.link(draft, marker)
+        except FileExistsError:
+            pass                    # another process chose first
+        finally:
+            os.remove(draft)
+    with open(marker) as stream:
+        layout = stream.read().strip()
+    os.makedirs(os.path.join(directory, 'tmp'), mode=0o700, exist_ok=True)
+    return layout
+
+
 def remove_quietly(path):
     """Remove a file that may already be gone."""
     try:
@@ -79,13 +115,13 @@ class BlobDirectory:
     def __init__(self, options, adapter):
         self.adapter = adapter
         self.keep_history = options.keep_history
-        # 'automatic' keeps the layout of an existing directory (a
-        # FileStorage's, for instance) and gives a new one ZODB's default.
-        # Private to its owner (ZODB's helper would create it with the
-        # umask's mode, then warn that it is not private).
-        os.makedirs(options.blob_dir, mode=0o700, exist_ok=True)
-        self.fshelper = FilesystemHelper(options.blob_dir, 'automatic')
-        self.fshelper.create()
+        # ZODB's automatic choice keeps the layout of an existing directory
+        # (a FileStorage's, for instance) and gives a new one ZODB's
+        # default.  Private to its owner (ZODB's helper would create it
+        # with the umask's mode, then warn that it is not private).
+        layout = prepare_directory(options.blob_dir)
+        self.fshelper = FilesystemHelper(options.blob_dir, layout)
+        self.fshelper.create()      # finds everything in place
         self.directory = self.fshelper.base_dir.rstrip(os.sep)
 
     def temporary_directory(self):
