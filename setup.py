@@ -46,7 +46,9 @@ setup(
         # storage.metrics() exported to Prometheus (relstorage/metrics.py).
         'prometheus': ['prometheus_client'],
         # The tests run against real servers, with every driver.
-        'test': ['pytest >= 7', 'pytest-xdist', 'ruff', 'zope.testing', 'manuel', 'zodburi >= 2.5',
+        # pytest-timeout: a test stuck on a lock is reported with every
+        # thread's stack instead of running into CI's time limit.
+        'test': ['pytest >= 7', 'pytest-xdist', 'pytest-timeout', 'ruff', 'zope.testing', 'manuel', 'zodburi >= 2.5',
                  'sphinx', 'prometheus_client', 'hypothesis >= 6',
                  'gevent', 'psycogreen',
                  'psycopg2-binary >= 2.9', 'psycopg[binary] >= 3.1',

@@ -198,10 +198,22 @@ class MySQLBackend:
                     pass
         return len(ids)
 
-    def cleanup(self):
+    def drop_database(self, name):
+        """Drop ``name`` (a quoted identifier if need be) whatever its
+        sessions hold.  A session a failed test left open keeps its
+        snapshot's metadata locks, and DROP DATABASE would wait for them
+        for ``lock_wait_timeout``, a day by default, stalling every session
+        queued behind it: its sessions are killed first, and the wait is
+        bounded so that what still holds a lock fails the cleanup rather
+        than hanging the run."""
         with self._admin.cursor() as cursor:
-            for name in self._databases:
-                cursor.execute(f'DROP DATABASE IF EXISTS {name}')
+            cursor.execute('SET SESSION lock_wait_timeout = 60')
+            self.kill_sessions(name.strip('`'))
+            cursor.execute(f'DROP DATABASE IF EXISTS {name}')
+
+    def cleanup(self):
+        for name in self._databases:
+            self.drop_database(name)
         self._databases = []
         self._admin.close()
 

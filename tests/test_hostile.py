@@ -255,8 +255,7 @@ def test_odd_database_names(backend, tmp_path):
                 driver=backend.driver))
             _exercise(storage)
         finally:
-            with backend._admin.cursor() as cursor:
-                cursor.execute(f'DROP DATABASE IF EXISTS `{name}`')
+            backend.drop_database(f'`{name}`')
     tally.add(GROUP, 'inputs')
 
 
