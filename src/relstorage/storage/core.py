@@ -32,6 +32,7 @@ from ZODB.interfaces import IStorageRestoreable
 from ZODB.interfaces import IStorageUndoable
 from ZODB.utils import p64
 from ZODB.utils import tid_repr
+from ZODB.utils import u64
 from ZODB.utils import z64
 
 from relstorage import metrics
@@ -578,6 +579,8 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
             self._txn = PendingTransaction(
                 self._adapter, self._store_conn, cursor, transaction,
                 requested, status, self._blobs, self._oids)
+            if self._batch_from is not None:    # holds the commit lock
+                self._txn.last_committed = u64(self._ltid)
 
     def store(self, oid, serial, data, version, transaction):
         with self._lock:
