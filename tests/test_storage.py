@@ -12,6 +12,7 @@ from ZODB.POSException import ConflictError
 from ZODB.POSException import POSKeyError
 from ZODB.POSException import ReadConflictError
 from ZODB.POSException import StorageError
+from ZODB.POSException import StorageTransactionError
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.tests.StorageTestBase import zodb_unpickle
@@ -652,6 +653,52 @@ def test_restore_batch_commits_its_transactions_together(open_storage):
     _restore(storage, p64(base + 10), p64(7), 7)
     reader.sync()
     assert reader.load(p64(7))[1] == p64(base + 10)
+
+
+def test_history_free_restores_keep_their_own_tids(open_storage,
+                                                  keep_history):
+    """History-free, one commit restores the records of several source
+    transactions (zodbconvert's groups): each row keeps the tid it had,
+    the commit's tid is the last one, and another client's poll sees them
+    all.  A record's tid after the commit's, or not after the last
+    committed one, is refused where it is given."""
+    storage = open_storage()
+    assert storage.restores_own_tids is (not keep_history)
+    if keep_history:
+        return      # a row's tid is its transaction's: nothing to group
+    reader = open_storage()
+    reader.poll_invalidations()
+    base = tid_for_time(time.time())
+    tids = [p64(base + i) for i in range(1, 5)]
+    _restore(storage, tids[0], p64(9), 'before')
+    reader.poll_invalidations()
+    t = TransactionMetaData()
+    storage.tpc_begin(t, tids[3])
+    for oid, tid in ((1, tids[1]), (2, tids[2]), (3, tids[3])):
+        storage.restore(p64(oid), tid, zodb_pickle(MinPO(oid)), '', None, t)
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+    assert storage.lastTransaction() == tids[3]
+    changed = reader.poll_invalidations()
+    assert sorted(changed) == [p64(1), p64(2), p64(3)]
+    for oid, tid in ((1, tids[1]), (2, tids[2]), (3, tids[3]),
+                     (9, tids[0])):
+        assert reader.load(p64(oid))[1] == tid
+        assert reader.loadSerial(p64(oid), tid) == zodb_pickle(
+            MinPO(oid if oid != 9 else 'before'))
+    later = p64(base + 10)
+    t = TransactionMetaData()
+    storage.tpc_begin(t, later)
+    with pytest.raises(StorageTransactionError, match='is later than'):
+        storage.restore(p64(4), p64(base + 11), b'x', '', None, t)
+    # Not after the last committed tid: a poll that passed it would miss
+    # the row.
+    storage.restore(p64(4), tids[2], zodb_pickle(MinPO(4)), '', None, t)
+    with pytest.raises(StorageTransactionError, match='not later than'):
+        storage.tpc_vote(t)
+    storage.tpc_abort(t)
+    with pytest.raises(POSKeyError):
+        reader.load(p64(4))
 
 
 def test_restore_batch_with_blobs_after_new_oids(open_storage, tmp_path):

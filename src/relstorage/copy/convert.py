@@ -45,6 +45,14 @@ log = logging.getLogger(__name__)
 BATCH_RECORDS = 20000
 BATCH_BYTES = 32 * 1024 * 1024
 BATCH_SECONDS = 2.0
+#: Into a destination whose commits may restore several source
+#: transactions with their own tids (a history-free relstorage), the
+#: current records of consecutive source transactions go in one commit of
+#: up to this many records or bytes: the commit's fixed cost (locks, the
+#: last-tid marker, a few statements) is paid once for them all instead of
+#: once per source transaction, most of which hold a handful of records.
+GROUP_RECORDS = 2000
+GROUP_BYTES = 8 * 1024 * 1024
 
 
 
@@ -183,21 +191,31 @@ class Copier:
             progress.phase('copying', unit='transactions')
         pending = None      # a skipped (empty) transaction not committed
         batch = _Batch(self.destination)
+        group = _Group(self, batch) if (
+            self.plan.current_only
+            and getattr(self.destination, 'restores_own_tids', False)) else None
         try:
             for txn in self.source.iterator(start=self.plan.start):
                 if progress.stop_requested():
+                    if group is not None:
+                        group.commit()
                     batch.end()
                     raise ConvertStopped(
                         f'stopped before transaction {describe_tid(txn.tid)}'
                         f'; {self.transactions:,} transactions copied')
                 try:
-                    copied, nbytes, blobs = self._copy(txn)
+                    if group is not None:
+                        copied, nbytes, blobs = group.add(txn)
+                    else:
+                        copied, nbytes, blobs = self._copy(txn)
+                        batch.added(copied or 0, nbytes)
                 except ConvertError:
                     # The source cannot be read: the transactions before
                     # this one are whole, and kept.
+                    if group is not None:
+                        group.commit()
                     batch.end()
                     raise
-                batch.added(copied or 0, nbytes)
                 if copied is None:
                     pending = txn
                 else:
@@ -214,7 +232,11 @@ class Copier:
                                  records=copied or 0, bytes=nbytes)
                 else:
                     progress.add(1, records=copied or 0, bytes=nbytes)
-            if pending is not None:
+            if group is not None and group.commit() and pending is not None:
+                # The group's commit took the last transaction's tid.
+                self.transactions += 1
+                self.last = pending.tid
+            elif pending is not None:
                 # The destination's last transaction is the source's last,
                 # so that --incremental later starts after it.
                 self._commit(pending, [])
@@ -339,6 +361,55 @@ class Copier:
         except OSError:
             shutil.copyfile(path, target)
         return target
+
+
+class _Group:
+    """The current records of consecutive source transactions, restored
+    in one commit of the destination (see ``GROUP_RECORDS``): under the
+    tid of the last transaction seen, each record with its own.  A
+    transaction with a blob is committed by itself (the destination files
+    a blob under its commit's tid)."""
+
+    def __init__(self, copier, batch):
+        self.copier = copier
+        self.batch = batch
+        self.records = []
+        self.bytes = 0
+        self.last = None        # the last source transaction seen
+
+    def add(self, txn):
+        """Take ``txn``'s current records: ``(records, bytes, 0)``, or
+        ``(None, 0, 0)`` when it has none; a transaction with a blob is
+        committed at once (``(records, bytes, blobs)``)."""
+        records = self.copier._wanted(txn)
+        if any(record.data and is_blob_record(record.data)
+               for record in records):
+            self.commit()
+            copied, nbytes, blobs = self.copier._commit(txn, records)
+            self.batch.added(copied, nbytes)
+            return copied, nbytes, blobs
+        self.last = txn
+        if not records:
+            return None, 0, 0
+        nbytes = sum(len(record.data) for record in records if record.data)
+        self.records += records
+        self.bytes += nbytes
+        if (len(self.records) >= GROUP_RECORDS
+                or self.bytes >= GROUP_BYTES):
+            self.commit()
+        return len(records), nbytes, 0
+
+    def commit(self):
+        """Commit what the group holds, as of its last transaction; true
+        if there was anything to commit."""
+        if self.last is None:
+            return False
+        self.copier._commit(self.last, self.records)
+        self.batch.added(len(self.records), self.bytes)
+        self.records = []
+        self.bytes = 0
+        self.last = None
+        return True
 
 
 class _Batch:

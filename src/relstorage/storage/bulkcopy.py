@@ -12,6 +12,15 @@ from ZODB.utils import z64
 
 class BulkCopyMethods:
 
+    @property
+    def restores_own_tids(self):
+        """Whether one commit may restore the records of several source
+        transactions, each keeping its tid (``restore``'s serial): true
+        without history, where a row's tid is all that is kept of its
+        transaction.  zodbconvert then copies many small transactions in
+        one commit."""
+        return not self._options.keep_history
+
     def zap_all(self):
         """Remove every object and transaction, and every blob file of
         blob-dir: the database is as if new (``zodbconvert --clear``, tests).

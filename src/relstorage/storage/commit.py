@@ -71,6 +71,9 @@ class PendingTransaction:
         #: The last committed tid where the storage knows it without asking
         #: (inside a restore batch, which holds the commit lock), or None.
         self.last_committed = None
+        #: History-free: the earliest tid of a restored record that keeps
+        #: its own (``own_tid``), or None.
+        self.earliest_own = None
         self.status = status
         self.user = _as_bytes(getattr(transaction, 'user', b''))
         self.description = _as_bytes(getattr(transaction, 'description', b''))
@@ -140,6 +143,25 @@ class PendingTransaction:
             self.written += len(state)
         if self._buffered >= SPILL_BYTES:
             self.upload()
+
+    def own_tid(self, serial):
+        """History-free restore: what stages as the row's ``data_txn`` for
+        a record whose tid is ``serial`` (int).  The rows of a commit
+        restoring several source transactions at once (zodbconvert into a
+        history-free database) keep the tids they had there: 0 (the
+        commit's tid) for the commit's own records, else ``serial``, which
+        must precede the commit's tid, and at vote follow the last
+        committed one (so that every poll after that one sees them)."""
+        tid = self.requested_tid
+        if tid is None or serial == tid:
+            return 0
+        if serial > tid:
+            raise StorageTransactionError(
+                f'restore(): the record\'s tid {p64(serial)!r} is later '
+                f'than the transaction\'s {p64(tid)!r}')
+        if self.earliest_own is None or serial < self.earliest_own:
+            self.earliest_own = serial
+        return serial
 
     def pending_blobs(self):
         """The commit's PendingBlobs, made at the first blob it stores."""
@@ -289,6 +311,11 @@ class PendingTransaction:
             raise StorageTransactionError(
                 f'cannot commit with tid {p64(self.requested_tid)!r}: it is '
                 f'not later than the last committed tid {p64(last)!r}')
+        if self.earliest_own is not None and self.earliest_own <= last:
+            raise StorageTransactionError(
+                f'cannot restore a record with tid '
+                f'{p64(self.earliest_own)!r}: it is not later than the last '
+                f'committed tid {p64(last)!r}')
 
     # -- phase 3 -------------------------------------------------------
 

@@ -622,6 +622,10 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
                     f'{type(data).__name__}, not bytes')
             if data is not None:
                 self._adapter.mover.check_state_size(oid, len(data))
+            if not self._options.keep_history:
+                # No back pointers without history: the column carries the
+                # record's own tid where it precedes the commit's.
+                data_txn = txn.own_tid(id_to_int(serial, 'serial', oid))
             txn.add(oid_int, None, data, data_txn)
             if self._blobs_replaced:
                 txn.pending_blobs().remove(oid_int)

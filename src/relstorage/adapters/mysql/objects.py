@@ -225,10 +225,12 @@ class HistoryFreeMover(_MySQLMover):
     MOVE_FROM_TEMP = (
         # New objects without REPLACE (see the module docstring).
         """INSERT INTO object_state (zoid, tid, state, state_size)
-           SELECT zoid, %s, state, state_size FROM temp_store
+           SELECT zoid, IF(data_txn > 0, data_txn, %s), state, state_size
+           FROM temp_store
            WHERE prev_tid = 0""",
         """REPLACE INTO object_state (zoid, tid, state, state_size)
-           SELECT zoid, %s, state, state_size FROM temp_store
+           SELECT zoid, IF(data_txn > 0, data_txn, %s), state, state_size
+           FROM temp_store
            WHERE prev_tid IS NULL OR prev_tid <> 0""",
     )
     OBJECT_COUNT = 'SELECT COUNT(*) FROM object_state WHERE state IS NOT NULL'
@@ -243,6 +245,8 @@ class HistoryFreeMover(_MySQLMover):
             if rows:
                 statements.append(
                     f'{verb} INTO object_state (zoid, tid, state, state_size)'
-                    ' VALUES ' + ','.join('(%d,@relstorage_tid,%s,%d)'
-                                          % row[:3] for row in rows))
+                    ' VALUES ' + ','.join(
+                        '(%d,%s,%s,%d)' % (
+                            oid, own_tid or '@relstorage_tid', state, size)
+                        for oid, state, size, own_tid, _ in rows))
         return statements

@@ -167,10 +167,15 @@ class HistoryFreeMover(_OracleMover):
     MOVE_FROM_TEMP = (
         # New objects without MERGE (see the module docstring).
         """INSERT INTO object_state (zoid, tid, state, state_size)
-           SELECT zoid, :tid, state, state_size FROM temp_store
+           SELECT zoid, CASE WHEN data_txn > 0 THEN data_txn ELSE :tid END,
+               state, state_size
+           FROM temp_store
            WHERE prev_tid = 0""",
         """MERGE INTO object_state o
-           USING (SELECT zoid, :tid AS tid, state, state_size
+           USING (SELECT zoid,
+                      CASE WHEN data_txn > 0 THEN data_txn ELSE :tid END
+                          AS tid,
+                      state, state_size
                   FROM temp_store
                   WHERE prev_tid IS NULL OR prev_tid <> 0) t
            ON (o.zoid = t.zoid)

@@ -189,10 +189,14 @@ class HistoryFreeMover(_PostgreSQLMover):
     MOVE_STAGED = (
         # New objects without the upsert (see the module docstring).
         """INSERT INTO object_state (zoid, tid, state, state_size)
-           SELECT zoid, %s, state, state_size FROM {staged}
+           SELECT zoid, CASE WHEN data_txn > 0 THEN data_txn ELSE %s END,
+               state, state_size
+           FROM {staged}
            WHERE prev_tid = 0""",
         """INSERT INTO object_state (zoid, tid, state, state_size)
-           SELECT zoid, %s, state, state_size FROM {staged}
+           SELECT zoid, CASE WHEN data_txn > 0 THEN data_txn ELSE %s END,
+               state, state_size
+           FROM {staged}
            WHERE prev_tid IS DISTINCT FROM 0
            ON CONFLICT (zoid) DO UPDATE SET
                tid = excluded.tid,

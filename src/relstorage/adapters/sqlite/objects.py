@@ -96,7 +96,9 @@ class HistoryFreeMover(_SQLiteMover):
         WHERE t.prev_tid IS NOT NULL AND t.prev_tid <> COALESCE(c.tid, 0)"""
     MOVE_FROM_TEMP = (
         """INSERT INTO object_state (zoid, tid, state, state_size)
-           SELECT zoid, ?1, state, state_size FROM temp_store WHERE true
+           SELECT zoid, CASE WHEN data_txn > 0 THEN data_txn ELSE ?1 END,
+               state, state_size
+           FROM temp_store WHERE true
            ON CONFLICT (zoid) DO UPDATE SET
                tid = excluded.tid,
                state = excluded.state,
