@@ -701,6 +701,24 @@ def test_history_free_restores_keep_their_own_tids(open_storage,
         reader.load(p64(4))
 
 
+def test_ids_for_blobs_outlive_restored_oids(open_storage):
+    """The id pool's ids for other things than objects (blob ids) are
+    unique with the object ids, and a restore moving past them does not
+    discard them (a bulk copy would reserve a block per blob, and on
+    SQLite commit its batch each time)."""
+    storage = open_storage()
+    pool = storage._oids
+    assert not pool.has_other()
+    other = pool.take_other()
+    assert pool.has_other()
+    oid = pool.take()
+    pool.discard_through(max(oid, other) + 1000)
+    assert pool.has_other()
+    others = {other, pool.take_other()}
+    oids = {oid, pool.take()}
+    assert len(others) == 2 and not others & oids
+
+
 def test_restore_batch_with_blobs_after_new_oids(open_storage, tmp_path):
     """A blob restored in a batch takes its blob id from the id
     allocator's own connection; a batch that moved the allocator past a

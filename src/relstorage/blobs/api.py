@@ -53,12 +53,14 @@ class BlobMethods:
         blobs = self._blob_support('restoreBlob', oid_int)
         with self._lock:
             if (self._batch_from is not None and blobs.in_database and
-                    self._adapter.capabilities.database_wide_write_lock):
+                    self._adapter.capabilities.database_wide_write_lock
+                    and not self._oids.has_other()):
                 # The blob's id comes from the id allocator's own
-                # connection, which needs the write lock the batch holds
-                # (SQLite): the batch's finished transactions are committed
-                # first (this one's rows are not written before its vote),
-                # and its database transaction begins again.
+                # connection when none is reserved, which needs the write
+                # lock the batch holds (SQLite): the batch's finished
+                # transactions are committed first (this one's rows are
+                # not written before its vote), and its database
+                # transaction begins again.
                 self._commit_batch(resume=True)
             self.restore(oid, serial, data, '', prev_txn, transaction)
             self._txn.pending_blobs().store(oid_int, blobfilename)

@@ -172,11 +172,11 @@ class PendingDatabaseBlobs(PendingBlobs):
 
     def store(self, oid, path):
         super().store(oid, path)
-        self.ids[oid] = self.blobs.oids.take()
+        self.ids[oid] = self.blobs.oids.take_other()
 
     def copy(self, oid, tid):
         super().copy(oid, tid)
-        self.ids[oid] = self.blobs.oids.take()
+        self.ids[oid] = self.blobs.oids.take_other()
 
     def upload(self, cursor):
         blobs = self.blobs

@@ -17,6 +17,7 @@ class OIDPool:
         self._adapter = adapter
         self._lock = threading.Lock()
         self._free = []        # descending, pop() gives the smallest
+        self._others = []      # the same, for take_other
         #: The highest oid the database's allocator gave this process.
         self.highest = -1
         self._conn = None
@@ -36,15 +37,36 @@ class OIDPool:
     def take(self):
         with self._lock:
             if not self._free:
-                now = time.monotonic()
-                if now - self._last_reserve < self.HURRY:
-                    self._blocks = min(self._blocks * 2, self.MAX_BLOCKS)
-                else:
-                    self._blocks = 1
-                self._last_reserve = now
-                self._free = sorted(self._reserve(), reverse=True)
-                self.highest = max(self.highest, self._free[0])
+                self._free = self._refill()
             return self._free.pop()
+
+    def take_other(self):
+        """An id for something other than an object (a blob's id in the
+        database): unique all the same, from ids of its own that restored
+        oids do not discard (``discard_through``), so that a bulk copy
+        restoring blobs reserves a block now and then rather than for
+        every blob (on SQLite each reservation commits the copy's open
+        batch)."""
+        with self._lock:
+            if not self._others:
+                self._others = self._refill()
+            return self._others.pop()
+
+    def has_other(self):
+        """Whether ``take_other`` can answer without the database."""
+        return bool(self._others)
+
+    def _refill(self):
+        """Reserved ids, descending (the caller holds the lock)."""
+        now = time.monotonic()
+        if now - self._last_reserve < self.HURRY:
+            self._blocks = min(self._blocks * 2, self.MAX_BLOCKS)
+        else:
+            self._blocks = 1
+        self._last_reserve = now
+        ids = sorted(self._reserve(), reverse=True)
+        self.highest = max(self.highest, ids[0])
+        return ids
 
     def _reserve(self):
         """A new block from the database; a connection the database dropped
@@ -94,6 +116,7 @@ class OIDPool:
         """Drop every reserved id (the database's allocator was reset)."""
         with self._lock:
             self._free = []
+            self._others = []
             self.highest = -1
 
     def close_connection(self):
