@@ -1,6 +1,7 @@
 """Fixtures shared by all tests: the database backends, storages and
 databases opened on them, and worker processes."""
 import pytest
+import transaction
 import ZODB
 
 from backends import BACKENDS
@@ -63,6 +64,22 @@ def pytest_collection_modifyitems(config, items):
     # A stable sort: the tests of a module keep their order.
     items.sort(key=lambda item: rank.get(item.module.__name__,
                                          len(LONGEST_FIRST)))
+
+
+@pytest.fixture(autouse=True)
+def _transaction_manager_as_new():
+    """After each test, the thread's transaction manager as new: a test
+    that failed with a ZODB connection open leaves it registered as a
+    synchronizer (the failure's traceback keeps it alive), and its closed
+    storage then failed every later commit of the worker process, a
+    cascade of failures in unrelated modules (seen in CI)."""
+    yield
+    manager = transaction.manager.manager
+    manager.clearSynchs()
+    try:
+        manager.abort()
+    except Exception:
+        manager.free(manager.get())
 
 
 @pytest.fixture(params=[

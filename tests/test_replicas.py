@@ -428,6 +428,7 @@ def test_reads_from_the_replica_commits_to_the_primary(pair, pair_db,
                          rw=[pair.primary_line], ro=[pair.replica_line])
     try:
         db = ZODB.DB(storage)
+        pair.wait_replayed()    # the root that ZODB.DB committed
         conn = db.open()
         conn.root()['doc'] = PersistentMapping(title='first')
         transaction.commit()
@@ -473,6 +474,7 @@ def test_a_lagging_replica(pair, pair_db, tmp_path, revert, caplog):
                          ro=[pair.replica_line], revert_when_stale=revert)
     try:
         db = ZODB.DB(storage)
+        pair.wait_replayed()    # the root that ZODB.DB committed
         conn = db.open()
         conn.root()['doc'] = PersistentMapping(title='first')
         transaction.commit()
@@ -521,6 +523,7 @@ def test_a_stopped_replica_is_skipped(pair, pair_db, tmp_path):
                          replica_timeout=0.5)
     try:
         db = ZODB.DB(storage)
+        pair.wait_replayed()    # the root that ZODB.DB committed
         conn = db.open()
         conn.root()['x'] = 1
         transaction.commit()
