@@ -104,7 +104,8 @@ def mixed_processes(side, zconfig, args):
         results = run_workers(side, [
             ('mixed-worker', '--zconfig', zconfig, '--objects', args.objects,
              '--processes', n, '--index', index, '--seed', 7000 + index,
-             '--requests', args.mixed_requests, '--barrier', barrier,
+             '--requests', args.mixed_requests, '--reads', args.mixed_reads,
+             '--writes', args.mixed_writes, '--barrier', barrier,
              '--bumps', bumps[index])
             for index in range(n)])
         check = side.run('mixed-check', '--zconfig', zconfig,
@@ -423,8 +424,14 @@ def parse_args(argv):
                   help='threads in the conflict phase (default 4)')
     parser.scaled('--conflict-commits', 50, 10, help='commits per thread in '
                   'the conflict phase (default 50)')
-    parser.scaled('--mixed-requests', 500, 100, help='requests (5 lookups '
-                  'and a write) per process of the mixed workload')
+    parser.scaled('--mixed-requests', 500, 100, help='requests (each a '
+                  'transaction of --mixed-reads lookups and --mixed-writes '
+                  'writes) per process of the mixed workload')
+    parser.add_argument('--mixed-reads', type=int, default=5,
+                        help='random lookups per request (default 5)')
+    parser.add_argument('--mixed-writes', type=int, default=1,
+                        help='objects written per request (default 1; more '
+                        'go to each process\'s own share of the objects)')
     parser.add_argument('--processes', type=int, default=4,
                         help='concurrent processes in the multi-process '
                         'phases (default 4; 1 skips them)')
@@ -463,6 +470,7 @@ def run(args, relays):
         'backends', 'modes', 'others', 'objects', 'quick', 'repeat',
         'extra_repeat', 'hot_repeat', 'latency_commits', 'threads',
         'conflict_commits', 'processes', 'mp_objects', 'mixed_requests',
+        'mixed_reads', 'mixed_writes',
         'sqlite_synchronous', 'cache_local_mb', 'round_trips', 'rtt',
         'skipped')}
     # Through a relay (--round-trips, --rtt): the storages and the floor

@@ -31,8 +31,10 @@ Commands (each writes one JSON document to ``--out``):
     announced first with ``Connection.prefetch``.
 ``mixed-worker`` / ``mixed-check``
     The request-like workload: each of several workers runs transactions
-    of five random lookups and one small write; the check reads every
-    object back against the write run's version plus the bumps.
+    of ``--reads`` random lookups (5) and ``--writes`` small writes (1;
+    with more than one, among the worker's own share of the objects, so
+    that workers do not retry each other's); the check reads every object
+    back against the write run's version plus the bumps.
 ``mp-setup`` / ``mp-worker``
     The multi-process variant: setup creates one tree per worker; each
     worker adds, updates and (through a new storage) reads its own objects,
@@ -847,15 +849,11 @@ def cmd_random_read(args):
         'read_ahead': counters, 'seed': args.seed, **counted}}}
 
 
-#: Per request of the mixed workload: objects looked up, then one bumped.
-REQUEST_READS = 5
-
-
 def cmd_mixed_worker(args):
     """One of ``--processes`` workers of the request-like workload: each
-    transaction looks up REQUEST_READS random objects by key and bumps one
-    more (conflicts retried); the bumps go to ``--bumps`` for mixed-check.
-    Times are ``time.monotonic()`` (see cmd_mp_worker)."""
+    transaction looks up ``--reads`` random objects by key and bumps
+    ``--writes`` more (conflicts retried); the bumps go to ``--bumps`` for
+    mixed-check.  Times are ``time.monotonic()`` (see cmd_mp_worker)."""
     import random
 
     import transaction
@@ -865,6 +863,10 @@ def cmd_mixed_worker(args):
     sizes = split(args.objects)
     every = [(name, key) for name, prefix, _ in TREES
              for key in keys_for(prefix, sizes[name])]
+    # One write may go anywhere (a request); several go to this worker's
+    # share, so that the others' commits never make it retry all of them.
+    writable = every if args.writes == 1 else every[
+        args.index::args.processes]
     db = open_db(args.zconfig, args.objects)
     tm = transaction.TransactionManager()
     conn = db.open(tm)
@@ -876,8 +878,8 @@ def cmd_mixed_worker(args):
     mark = trips.mark()
     start = clock()
     for _ in range(args.requests):
-        reads = rng.sample(every, REQUEST_READS)
-        name, key = rng.choice(every)
+        reads = rng.sample(every, args.reads)
+        writes = rng.sample(writable, args.writes)
         while True:
             try:
                 tm.begin()
@@ -885,13 +887,15 @@ def cmd_mixed_worker(args):
                 for read_name, read_key in reads:
                     item = root[read_name][read_key]
                     check_item(read_key, item, item.version)
-                root[name][key].bump()
+                for name, key in writes:
+                    root[name][key].bump()
                 tm.commit()
                 break
             except ConflictError:
                 tm.abort()
                 conflicts += 1
-        bumps[key] = bumps.get(key, 0) + 1
+        for _, key in writes:
+            bumps[key] = bumps.get(key, 0) + 1
     end = clock()
     counted = trips.record({}, mark, span=True, request=args.requests)
     if trips.counting:
@@ -1000,6 +1004,8 @@ def parse_args(argv):
     p.add_argument('--index', type=int, required=True)
     p.add_argument('--seed', type=int, required=True)
     p.add_argument('--requests', type=int, required=True)
+    p.add_argument('--reads', type=int, default=5)
+    p.add_argument('--writes', type=int, default=1)
     p.add_argument('--barrier', required=True)
     p.add_argument('--bumps', required=True)
     p = command('mixed-check')
