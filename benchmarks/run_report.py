@@ -16,7 +16,8 @@ OTHERS = ('filestorage', 'zeo')
 
 #: (key, label, kind): kind 'rate' is objects per second and 'commits'
 #: commits per second (higher is better), 'latency' is milliseconds (lower
-#: is better).  ``{n}`` in a label is the number of processes.
+#: is better).  ``{n}`` in a label is the number of processes, ``{reads}``
+#: and ``{writes}`` the mixed workload's per request (``label_of``).
 METRICS = (
     ('add_100', 'add, 100 new objects/txn', 'rate'),
     ('add_1000', 'add, 1000 new objects/txn', 'rate'),
@@ -37,7 +38,8 @@ METRICS = (
     ('random_read', 'cold random read, 5 % by key', 'rate'),
     ('random_load', 'cold random read, storage time per load', 'latency'),
     ('random_prefetch', 'cold random read, prefetched', 'rate'),
-    ('mixed', 'requests (5 reads, 1 write), {n} processes', 'commits'),
+    ('mixed', 'requests ({reads} reads, {writes}), {n} processes',
+     'commits'),
 )
 UNITS = {'rate': 'obj/s', 'commits': 'commit/s', 'latency': 'ms'}
 
@@ -75,7 +77,8 @@ ROUND_TRIP_ROWS = (
     ('mp_add', 'object', 'add 100/txn, {n} processes', 'add_100', 'object'),
     ('mp_update', 'object', 'update 100/txn, {n} processes', None, None),
     ('mp_read', 'object', 'cold read, {n} processes', 'cold_read', 'select'),
-    ('mixed', 'request', 'requests (5 reads, 1 write), {n} processes', None,
+    ('mixed', 'request',
+     'requests ({reads} reads, {writes}), {n} processes', None,
      None),
 )
 
@@ -138,11 +141,17 @@ def times_floor(value, floor, kind):
     return as_seconds(value, kind) / as_seconds(floor, kind)
 
 
-def label_of(label, processes):
-    return label.format(n=processes)
+def label_of(label, shape):
+    """``label`` for a run whose ``shape`` is its arguments (run.py's):
+    the processes of the multi-process phases, the reads and writes of a
+    mixed request (5 and 1 where a stored run predates them)."""
+    writes = getattr(shape, 'mixed_writes', 1)
+    return label.format(n=shape.processes,
+                        reads=getattr(shape, 'mixed_reads', 5),
+                        writes=f'{writes} write' + ('s' if writes > 1 else ''))
 
 
-def backend_table(backend, where, title_text, metrics, floor, processes,
+def backend_table(backend, where, title_text, metrics, floor, shape,
                   notes):
     """The table of one backend and history mode; returns its lines and
     the list of checks (one dict per target), each naming ``where``."""
@@ -154,7 +163,7 @@ def backend_table(backend, where, title_text, metrics, floor, processes,
         o, r, low = ours.get(key), ref.get(key), floor.get(key)
         if o is None and r is None:
             continue
-        label = label_of(label, processes)
+        label = label_of(label, shape)
         if key in notes:
             label = f'{label} ({notes[key]})'
         speedup = ratio(o, r, kind)
@@ -189,7 +198,7 @@ def backend_table(backend, where, title_text, metrics, floor, processes,
     return lines, checks
 
 
-def round_trip_table(figures, floor, processes):
+def round_trip_table(figures, floor, shape):
     """The round trips per operation of one backend and mode: ours, RS
     4.3, the floor doing the same with the bare driver, and ours / RS 4.3
     (< 1.0: ours makes fewer)."""
@@ -202,7 +211,7 @@ def round_trip_table(figures, floor, processes):
         if o is None and r is None:
             continue
         low = floor.get(floor_phase, {}).get(floor_unit)
-        rows.append((label_of(label, processes), unit, roundtrips.fmt(o),
+        rows.append((label_of(label, shape), unit, roundtrips.fmt(o),
                      roundtrips.fmt(r), roundtrips.fmt(low),
                      f'{o / r:.2f}' if o is not None and r else '-'))
     lines = ['Round trips per operation (through the relay):', '']
@@ -223,7 +232,7 @@ def round_trip_intro(args):
                 args.skipped) + ['']
 
 
-def others_table(others, ours_by_run, processes):
+def others_table(others, ours_by_run, shape):
     """FileStorage and ZEO, measured once per run, and how many times
     faster ours is than each, per backend and mode of the run."""
     fs, zeo = others.get('filestorage', {}), others.get('zeo', {})
@@ -233,7 +242,7 @@ def others_table(others, ours_by_run, processes):
     for key, label, kind in METRICS:
         if key not in fs and key not in zeo:
             continue
-        row = [label_of(label, processes), UNITS[kind], fmt(fs.get(key), kind),
+        row = [label_of(label, shape), UNITS[kind], fmt(fs.get(key), kind),
                fmt(zeo.get(key), kind)]
         for metrics in ours_by_run.values():
             ours = metrics.get(key)
@@ -346,13 +355,13 @@ def make_report(args, env, results, floors, floor_figures, others,
             metrics = {impl: cell[impl].get('metrics', {}) for impl in IMPLS}
             table, found = backend_table(
                 backend, f'{TITLES[backend]} {mode}', title_text, metrics,
-                low, args.processes, note)
+                low, args, note)
             checks += found
             lines += table + [load_line(cell)] + conflict_notes(cell) + ['']
             if floor_trips is not None:
                 lines += round_trip_table(
                     {impl: cell[impl].get('round_trips') for impl in IMPLS},
-                    floor_trips.get(backend, {}), args.processes) + ['']
+                    floor_trips.get(backend, {}), args) + ['']
         if 'phases' in floor:
             extra = ''
             text = floor['phases'].get('select_text')
@@ -373,7 +382,7 @@ def make_report(args, env, results, floors, floor_figures, others,
             for b in args.backends for m in args.modes}
         lines += others_table(
             {o: others[o].get('metrics', {}) for o in args.others},
-            ours_by_run, args.processes)
+            ours_by_run, args)
         lines += [load_line(others)] + conflict_notes(others)
         for impl in args.others:
             runs = others[impl]['prefetch']
