@@ -197,9 +197,7 @@ class Copier:
         try:
             for txn in self.source.iterator(start=self.plan.start):
                 if progress.stop_requested():
-                    if group is not None:
-                        group.commit()
-                    batch.end()
+                    self._end_whole(group, batch)
                     raise ConvertStopped(
                         f'stopped before transaction {describe_tid(txn.tid)}'
                         f'; {self.transactions:,} transactions copied')
@@ -212,9 +210,7 @@ class Copier:
                 except ConvertError:
                     # The source cannot be read: the transactions before
                     # this one are whole, and kept.
-                    if group is not None:
-                        group.commit()
-                    batch.end()
+                    self._end_whole(group, batch)
                     raise
                 if copied is None:
                     pending = txn
@@ -248,6 +244,14 @@ class Copier:
             if self.blob_dir is not None:
                 shutil.rmtree(self.blob_dir, ignore_errors=True)
         return self
+
+    @staticmethod
+    def _end_whole(group, batch):
+        """Commit what is copied of whole transactions (the group's and
+        the batch's) before stopping early."""
+        if group is not None:
+            group.commit()
+        batch.end()
 
     def _wanted(self, txn):
         """The records of ``txn`` to copy: all of them, or with a
