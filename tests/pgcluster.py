@@ -239,9 +239,17 @@ class Cluster:
 
     def wait_replayed(self, timeout=30):
         """Wait until the standby has replayed everything the primary
-        wrote so far."""
+        committed so far.
+
+        The target is the primary's flush position: every commit is
+        flushed before it returns, and the walsender streams nothing
+        beyond that position.  The insert position can be ahead of it by
+        WAL nobody waits for (hint bits, a history-free commit's
+        truncated staging table), which the WAL writer flushes only
+        every wal_writer_delay (200 ms): waiting for it cost up to that
+        much per call."""
         target = self.primary.query(
-            'SELECT pg_current_wal_insert_lsn()')[0][0]
+            'SELECT pg_current_wal_flush_lsn()')[0][0]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             done = self.standby.query(
