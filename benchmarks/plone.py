@@ -421,9 +421,9 @@ def parse_args(argv):
                         'the final check of everything the steps made)')
     parser.add_argument('--storage-times', action='store_true',
                         help="time the storage's calls within each step "
-                        '(store, vote, finish, loads...): the per-method '
-                        'seconds go to the results document, their sum to '
-                        'the log')
+                        '(store, vote, finish, loads...) and the garbage '
+                        "collector's passes: the per-method seconds go to "
+                        'the results document, their sum to the log')
     parser.add_argument('--profile', action='store_true',
                         help='cProfile every step (then the times are not '
                         'comparable) and keep the data in '

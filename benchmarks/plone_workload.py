@@ -586,6 +586,37 @@ class StorageTimes:
         return out
 
 
+class CollectorTimes:
+    """The garbage collector's passes during a step and their wall time,
+    per generation: a storage that leaves more container objects behind
+    makes the application pay for it in full collections, which no
+    storage method's time shows (and a collection that starts inside one
+    is counted there too)."""
+
+    def __init__(self):
+        import gc
+        self._gc = gc
+        self._started = None
+        self.totals = {}
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase, info):
+        if phase == 'start':
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            generation = f'gen{info["generation"]}'
+            passes, seconds = self.totals.get(generation, (0, 0.0))
+            self.totals[generation] = (
+                passes + 1, seconds + time.perf_counter() - self._started)
+            self._started = None
+
+    def taken(self):
+        """``{'genN': [passes, seconds]}``; stops counting."""
+        self._gc.callbacks.remove(self._callback)
+        return {name: [passes, round(seconds, 6)]
+                for name, (passes, seconds) in sorted(self.totals.items())}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument('step', choices=['probe'] + list(STEPS))
@@ -623,12 +654,14 @@ def main(argv=None):
             import cProfile
             instance.profiler = cProfile.Profile()
         times = StorageTimes(instance) if args.storage_times else None
+        collector = CollectorTimes() if args.storage_times else None
         try:
             if instance.profiler is not None and args.step != 'render':
                 instance.profiler.enable()
             result.update(STEPS[args.step](instance, args))
             if times is not None:
                 result['storage_times'] = times.taken()
+                result['collector_times'] = collector.taken()
         finally:
             if instance.profiler is not None:
                 instance.profiler.disable()
