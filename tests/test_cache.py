@@ -510,6 +510,46 @@ def test_conflicts_resolve_after_the_cache_replaced_the_old_state(
     db.close()
 
 
+@pytest.mark.parametrize('compression', ['none', 'zlib'])
+def test_conflicts_resolve_when_the_old_state_was_loaded_behind_the_cache(
+        open_storage, compression):
+    """A connection whose snapshot is older than the revision the shared
+    cache holds loads the older revision from the database, and the cache
+    keeps its later one.  When its change then conflicts, resolution still
+    finds the state it started from, which history-free neither the cache
+    nor the database holds any more (before: POSKeyError inside
+    tryToResolveConflict, logged, and a ConflictError)."""
+    storage = open_storage(cache_local_compression=compression)
+    db, other_db = ZODB.DB(storage), ZODB.DB(open_storage())
+    try:
+        with other_db.transaction() as conn:
+            conn.root()['n'] = PaddedCounter()
+        tm_a = transaction.TransactionManager()
+        a = db.open(tm_a)
+        tm_a.begin()
+        root_a = a.root()                 # the snapshot; 'n' still a ghost
+        with other_db.transaction() as conn:
+            conn.root()['n'].value += 1
+        tm_c = transaction.TransactionManager()
+        c = db.open(tm_c)
+        tm_c.begin()
+        assert c.root()['n'].value == 1   # the new revision, now cached
+        tm_c.abort()
+        c.close()
+        counter = root_a['n']
+        assert counter.value == 0         # the older one, from the database
+        counter.value += 10
+        tm_a.commit()                     # resolved, not a ConflictError
+        tm_a.begin()
+        a.cacheMinimize()
+        assert a.root()['n'].value == 11
+        tm_a.abort()
+        a.close()
+    finally:
+        db.close()
+        other_db.close()
+
+
 def test_recent_states_keep_the_latest_half_of_the_limit():
     """Two generations: whatever was remembered within the last half of
     the limit is still there; older entries go, and the memory counted

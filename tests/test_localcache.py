@@ -14,6 +14,7 @@ from relstorage.cache.file import read_file
 from relstorage.cache.local import ENTRY_OVERHEAD
 from relstorage.cache.local import LocalCache
 from relstorage.cache.local import NullCache
+from relstorage.cache.local import entry_state
 from relstorage.cache.local import make_cache
 
 BIG = 1 << 30
@@ -73,6 +74,32 @@ def check_accounting(cache):
 
 
 # MVCC validity
+
+@pytest.mark.parametrize('compression', ['none', 'zlib'])
+def test_an_older_revision_refused_goes_to_replaced(compression):
+    """A load at a snapshot older than the cached revision brings an older
+    one, which the cache does not keep; ``replaced`` gets it, as it gets a
+    revision that a newer one replaces (history-free conflict resolution
+    may need either).  The same revision stored again, or a newer one, is
+    not handed over as refused."""
+    handed = []
+    cache = cache_at(10, compression=compression)
+    cache.replaced = lambda oid, tid, entry: handed.append(
+        (oid, tid, entry_state(entry)))
+    old_state, new_state = b'old ' * 200, b'new ' * 200
+    cache.store_loaded(1, 20, new_state, 25)
+    cache.store_loaded(1, 20, new_state, 30)        # the same revision
+    assert handed == []
+    cache.store_loaded(1, 15, old_state, 18)        # refused: 20 is cached
+    assert handed == [(1, 15, old_state)]
+    assert cache.get(1, 25) == (new_state, 20)
+    cache.store_committed(12, {1: b'older still', 2: None})
+    assert handed[1:] == [(1, 12, b'older still')]
+    cache.store_committed(40, {1: b'newest'})       # replaces 20
+    assert handed[2:] == [(1, 20, new_state)]
+    check_accounting(cache)
+
+
 
 def test_older_snapshot_never_sees_newer_state():
     cache = cache_at(10)

@@ -300,8 +300,11 @@ class LocalCache:
             # Spare compressing a revision already cached (or superseded).
             with self._lock:
                 horizon = self._horizon
-                if self._merge(oid, tid, snapshot, horizon is not None
-                               and snapshot >= horizon):
+                blob = self._entries.get(oid)
+                if self._merge_into(blob, oid, tid, snapshot,
+                                    horizon is not None
+                                    and snapshot >= horizon):
+                    self._superseded(oid, blob, tid, snapshot, state, False)
                     return
             stored, zipped = self._pack(state)
         else:
@@ -493,8 +496,10 @@ class LocalCache:
                 len(stored) + ENTRY_OVERHEAD)
         entries = self._entries
         old = entries.get(oid)
-        if cost > self._entry_limit or old is not None and self._merge_into(
-                old, oid, tid, known, live):
+        if cost > self._entry_limit:
+            return
+        if old is not None and self._merge_into(old, oid, tid, known, live):
+            self._superseded(oid, old, tid, known, stored, zipped)
             return
         if live:
             flags |= _LIVE
@@ -624,6 +629,19 @@ class LocalCache:
                 self._entries[oid] = _reheaded(
                     blob, tid, max(known, cached_known), new_flags)
         return True
+
+    def _superseded(self, oid, blob, tid, known, stored, zipped):
+        """A store of revision ``tid`` refused because the entry ``blob``
+        holds a later one (a load at a snapshot older than a commit this
+        process made or saw): ``replaced`` gets it as if that later
+        revision had just replaced it.  History-free, it may be the state
+        a transaction started from, which conflict resolution asks for,
+        and which neither the database nor the cache holds any more."""
+        if self.replaced is None or stored is None:
+            return
+        if _unpack_meta(blob)[0] > tid:
+            self.replaced(oid, tid, _pack_meta(
+                tid, known, _ZIPPED if zipped else 0) + stored)
 
     def _demote(self):
         """Bring the protected queue's entries back within their share.
