@@ -376,6 +376,50 @@ def test_read_ahead_brings_the_siblings_of_a_second_miss(
     db.close()
 
 
+def test_the_buckets_under_a_big_btree_node_are_read_ahead(
+        open_storage, monkeypatch):
+    """An OOBTree whose node holds more than 256 buckets (5,000 keys
+    appended in order): looking up keys in two of its buckets brings the
+    others along at the second miss, and the lookups after that make no
+    round trip (before, a node that large was never read ahead: a
+    round trip for every bucket)."""
+    from BTrees.OOBTree import OOBTree
+    writer = ZODB.DB(open_storage())
+    with writer.transaction() as conn:
+        tree = conn.root()['tree'] = OOBTree()
+        for i in range(5000):
+            tree[f'k{i:05d}'] = i
+    writer.close()
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    calls = _count_calls(monkeypatch, storage._adapter.mover)
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    tree = conn.root()['tree']
+    buckets = len(tree.__getstate__()[0][::2])
+    assert 256 < buckets < 1024, buckets
+    # The first key of every 15th bucket.
+    keys = [tree.keys()[0]]
+    bucket = tree._firstbucket
+    for n in range(buckets):
+        if n % 15 == 0:
+            keys.append(bucket.keys()[0])
+        bucket = bucket._next
+    assert [tree[key] for key in keys] == [int(key[1:]) for key in keys]
+    touched = {oid for oid in conn._cache.cache_data
+               if type(conn._cache.get(oid)).__name__ == 'OOBucket'}
+    if storage._adapter.capabilities.network_round_trips:
+        # The node and the first bucket (ZODB.DB read the root as it
+        # opened); the second bucket with all the others.
+        assert calls == {'load_current': 2, 'load_currents': 1}
+    else:
+        assert calls['load_current'] >= 2 + len(keys) - 1
+    assert len(touched) >= len(keys) - 1
+    tm.abort()
+    conn.close()
+    db.close()
+
+
 def test_read_ahead_skips_what_only_looks_like_an_oid(open_storage):
     """Eight bytes of an object's own data pickle like an oid.  One past
     the range of oids (2**63 and up: no database column holds it) was
