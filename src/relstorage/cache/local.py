@@ -611,13 +611,10 @@ class LocalCache:
         """The bit of ``oid`` in the bitmap of evicted oids."""
         return ((oid * _FIBONACCI) & 0xFFFFFFFFFFFFFFFF) >> self._evicted_shift
 
-    def _merge(self, oid, tid, known, live):
-        """True when an entry of ``tid`` or later makes a store of ``tid``
-        needless; the same revision then gets the later ``known``/``live``."""
-        return self._merge_into(self._entries.get(oid), oid, tid, known, live)
-
     def _merge_into(self, blob, oid, tid, known, live):
-        """:meth:`_merge` with the entry already looked up."""
+        """True when the entry ``blob`` of ``oid`` (None: not cached) is of
+        ``tid`` or later, which makes a store of ``tid`` needless; the same
+        revision then gets the later ``known``/``live``."""
         if blob is None:
             return False
         cached_tid, cached_known, flags = _unpack_meta(blob)
