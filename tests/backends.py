@@ -115,6 +115,14 @@ class PostgreSQLBackend:
         params = parse_dsn(PG_DSN)
         return params.get('host', '127.0.0.1'), int(params.get('port', 5432))
 
+    def sessions(self, database):
+        """How many server sessions are connected to ``database``."""
+        name = database.rsplit('dbname=', 1)[1]
+        with self._admin.cursor() as cursor:
+            cursor.execute('SELECT COUNT(*) FROM pg_stat_activity '
+                           'WHERE datname = %s', (name,))
+            return cursor.fetchone()[0]
+
     def kill_sessions(self, database):
         """Drop every server session connected to ``database``, as a server
         restart or pg_terminate_backend would.  Returns how many."""
@@ -183,6 +191,13 @@ class MySQLBackend:
 
     def zconfig(self, database, keep_history=True, **extra):
         return _zconfig(*self.section(database), keep_history, extra)
+
+    def sessions(self, database):
+        """How many server sessions use ``database``."""
+        with self._admin.cursor() as cursor:
+            cursor.execute('SELECT COUNT(*) FROM information_schema.processlist '
+                           'WHERE db = %s', (database,))
+            return cursor.fetchone()[0]
 
     def kill_sessions(self, database):
         """Kill every server session using ``database``."""

@@ -76,6 +76,18 @@ class Relay:
         self._sockets = set()
         self._threads = []
         self._stopping = False
+        # Cleared by ``freeze``: bytes are received but not passed on.
+        self._flowing = threading.Event()
+        self._flowing.set()
+
+    def freeze(self):
+        """Pass nothing on, either way, until ``thaw``: to the clients the
+        server has stopped answering (a hung host, a network partition),
+        and a new connection gets no greeting."""
+        self._flowing.clear()
+
+    def thaw(self):
+        self._flowing.set()
 
     def start(self):
         self._listener = listener = _listen(self.port, 64)
@@ -85,6 +97,7 @@ class Relay:
 
     def stop(self):
         self._stopping = True
+        self._flowing.set()
         with self._lock:
             sockets = [self._listener] + list(self._sockets)
             threads = list(self._threads)
@@ -158,6 +171,7 @@ class Relay:
                 data = source.recv(CHUNK)
                 if not data:
                     break
+                self._flowing.wait()
                 with self._lock:
                     counts = self._counts
                     if side == 'client':

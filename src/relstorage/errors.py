@@ -17,6 +17,7 @@ __all__ = [
     'DisconnectedError',
     'CommitOutcomeUnknownError',
     'DatabaseFullError',
+    'MaxConnectionsError',
     'SchemaError',
     'PackError',
     'PackStopped',
@@ -75,6 +76,13 @@ class DatabaseFullError(StorageError):
     the database was reached.  Nothing of the transaction was committed;
     what was committed before is intact and readable.  Not a
     TransientError: a retry fails the same way until space is freed.
+    """
+
+
+class MaxConnectionsError(TransientError, StorageError):
+    """Every connection that max-connections allows this process was in
+    use for max-connections-wait seconds.  Nothing was written; the
+    transaction may be retried.
     """
 
 

@@ -103,6 +103,13 @@ def snapshot(storage):
     result['cache_misses'] = cache.get('misses', 0)
     result['cache_objects'] = cache.get('count', 0)
     result['cache_bytes'] = cache.get('size_bytes', 0)
+    pool = root._pool.stats()
+    result['max_connections'] = pool['max']
+    result['connections_open'] = pool['open']
+    result['connections_busy'] = pool['busy']
+    result['connection_waits'] = pool['waits']
+    result['connection_wait_seconds'] = pool['wait_seconds']
+    result['connection_timeouts'] = pool['timeouts']
     result['pack'] = dict(root._metrics.pack) if root._metrics.pack else None
     return result
 
@@ -179,7 +186,18 @@ class _Collector:
                 ('cache_objects', 'objects in the shared cache',
                  GaugeMetricFamily),
                 ('cache_bytes', 'bytes in the shared cache',
-                 GaugeMetricFamily)):
+                 GaugeMetricFamily),
+                ('connections_open', 'database connections open for the '
+                 'storage\'s instances and object-id reservations',
+                 GaugeMetricFamily),
+                ('connections_busy', 'of those, in use (not idle in the '
+                 'pool of max-connections)', GaugeMetricFamily),
+                ('connection_waits', 'times a caller waited at '
+                 'max-connections', CounterMetricFamily),
+                ('connection_wait_seconds', 'seconds callers waited at '
+                 'max-connections', CounterMetricFamily),
+                ('connection_timeouts', 'waits at max-connections that ran '
+                 'out (MaxConnectionsError)', CounterMetricFamily)):
             family = cls(f'relstorage_{name}', text, labels=['storage'])
             for values in figures:
                 family.add_metric([values['storage']], values[name])

@@ -188,7 +188,7 @@ class ConnectionManager:
     def commit(self, conn, cursor):
         cursor.execute('COMMIT')
 
-    def close(self, conn, cursor):
+    def close(self, conn, cursor, rollback=True):
         if self.uses_replicas:
             self._servers.pop(id(conn), None)
         if self.sessions:
@@ -197,7 +197,8 @@ class ConnectionManager:
             except Exception:   # a broken connection may not say
                 pass
         try:
-            self.rollback(conn, cursor)
+            if rollback:
+                self.rollback(conn, cursor)
             conn.close()
         except self.driver.Error:
             pass

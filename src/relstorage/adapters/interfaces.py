@@ -165,8 +165,10 @@ class IConnectionManager(Interface):
     def commit(conn, cursor):
         """Commit the current transaction."""
 
-    def close(conn, cursor):
-        """Close the connection, quietly."""
+    def close(conn, cursor, rollback=True):
+        """Close the connection, quietly; without ``rollback`` no ROLLBACK
+        goes first (the server rolls back what was open when the session
+        ends), so that closing never waits for the server."""
 
     def translate():
         """A context manager that turns driver exceptions into

@@ -136,6 +136,17 @@ keep_history = functools.partial(_boolean, 'keep-history')
 create_schema = functools.partial(_boolean, 'create-schema')
 commit_lock_timeout = functools.partial(_seconds, 'commit-lock-timeout')
 read_ahead = functools.partial(_boolean, 'read-ahead')
+
+
+def max_connections(value):
+    number = _integer('max-connections', 0, 1 << 20, value)
+    if 0 < number < 3:
+        raise ConfigurationError(
+            f'max-connections: {value!r} is too few: 0 (no bound) or at '
+            f'least 3 (the read connection of a transaction, the one of '
+            f'its commit, and one for reserving object ids)')
+    return number
+max_connections_wait = functools.partial(_seconds, 'max-connections-wait')
 def _replica_file(key, value):
     # Read now, so that a missing or empty file fails at start-up naming
     # the key; the adapter reads it again (it may change later).

@@ -56,6 +56,10 @@ from relstorage.storage.commit import PendingTransaction
 from relstorage.storage.iteration import TransactionIterator
 from relstorage.storage.oidpool import OIDPool
 from relstorage.storage.outcome import settle_lost_finish
+from relstorage.storage.pool import LOAD
+from relstorage.storage.pool import STORE
+from relstorage.storage.pool import Connections
+from relstorage.storage.pool import Pooled
 from relstorage.storage.store import StoreConnectionMethods
 from relstorage.storage.snapshot import SnapshotMethods
 from relstorage.storage.undo import UndoMethods
@@ -105,7 +109,10 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
         for key, why in ignored(options):
             log.warning('%s: option %s (RelStorage 4) is ignored: %s',
                         self._name, key, why)
-        self._oids = OIDPool(adapter)
+        # Every instance's database connections (max-connections).
+        self._pool = Connections(adapter.connmanager, options.max_connections,
+                                 options.max_connections_wait)
+        self._oids = OIDPool(adapter, self._pool)
         self._blobs = make_blobs(options, adapter, self._oids)
         # History-free with blobs in the database: a commit that deletes or
         # restores an object removes the blob of the revision it replaces.
@@ -212,6 +219,7 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
         other._options = self._options
         other._name = self._name
         other._oids = self._oids
+        other._pool = self._pool
         other._blobs = self._blobs
         other._blobs_replaced = self._blobs_replaced
         other._recent = self._recent
@@ -241,9 +249,59 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
         if self._closed:
             raise POSException.StorageError(f'{self._name} is closed')
 
-    def _close_connections(self):
-        self._drop_load_connection()
-        self._drop_store_connection()
+    def _close_connections(self, locked=True):
+        """Give the connections back (max-connections), or close them
+        without waiting for the server: ZODB releases instances under its
+        database's lock, where a server that stopped answering must not
+        hang the process.  ``locked`` False: from a finaliser."""
+        if self._pool.bounded:
+            self._end_snapshot(now=False)
+            self._give_load(locked)
+            if self._txn is not None or self._batch_from is not None:
+                self._store_rollback_due = True
+            self._give_store(locked, force=True)
+        self._drop_load_connection(rollback=False)
+        self._drop_store_connection(rollback=False)
+
+    def _held(self):
+        """How many connections of the pool this instance holds."""
+        return (self._load_conn is not None) + (self._store_conn is not None)
+
+    def _take_load(self):
+        entry = self._pool.take(LOAD, self._held())
+        self._load_conn, self._load_cursor = entry.conn, entry.cursor
+        self._load_staged = entry.staged
+        self._rollback_due = entry.rollback_due
+
+    def _give_load(self, locked=True):
+        """Give the load connection back to a bounded pool when no
+        snapshot is open on it (its ROLLBACK may still be due)."""
+        if (self._pool.bounded and self._load_conn is not None
+                and self._snapshot_tid is None and self._adopted is None):
+            entry = Pooled(self._load_conn, self._load_cursor, LOAD,
+                           self._load_staged, self._rollback_due)
+            self._load_conn = self._load_cursor = None
+            self._load_staged = self._rollback_due = False
+            self._pool.give(entry, locked)
+
+    def _take_store(self, short=False):
+        # (A short use waits for nothing while it holds the connection:
+        # like a reservation of object ids, it may take the pool's last.)
+        entry = self._pool.take(STORE, 2 if short else self._held())
+        self._store_conn, self._store_cursor = entry.conn, entry.cursor
+        self._store_staged = entry.staged
+        self._store_rollback_due = entry.rollback_due
+
+    def _give_store(self, locked=True, force=False):
+        """Give the store connection back to a bounded pool outside a
+        commit (and a restore batch), or with ``force``."""
+        if (self._pool.bounded and self._store_conn is not None and (
+                force or (self._txn is None and self._batch_from is None))):
+            entry = Pooled(self._store_conn, self._store_cursor, STORE,
+                           self._store_staged, self._store_rollback_due)
+            self._store_conn = self._store_cursor = None
+            self._store_staged = self._store_rollback_due = False
+            self._pool.give(entry, locked)
 
     # -- IMVCCStorage (poll_invalidations, sync, afterCompletion: see
     # snapshot.py) -----------------------------------------------------
@@ -260,7 +318,7 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
         # holding server connection slots until the process ends.
         try:
             if not self._closed and not self._is_root:
-                self._close_connections()
+                self._close_connections(locked=False)
                 self._metrics.release(self._counters)
         except Exception:  # interpreter shutdown, a broken connection...
             pass
@@ -276,6 +334,7 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
             for instance in list(self._instances):
                 instance.release()
             self._oids.close()
+            self._pool.close_idle()
             if self._blobs is not None:
                 self._blobs.close()
             if self._options.cache_local_dir:
@@ -474,9 +533,14 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
 
     def lastTransaction(self):
         with self._lock:
-            if self._snapshot_tid is None:
-                self._snapshot_cursor()
-            return max(p64(self._snapshot_tid), self._ltid)
+            if self._snapshot_tid is not None:
+                return max(p64(self._snapshot_tid), self._ltid)
+            self._snapshot_cursor()
+            last = max(p64(self._snapshot_tid), self._ltid)
+            if self._pool.bounded:
+                # Nothing else reads from it (ZODB asks the root storage).
+                self._leave_snapshot()
+            return last
 
     def __len__(self):
         with self._lock:
@@ -670,12 +734,13 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
             cm = self._adapter.connmanager
             then = None
             if (self._polls_after_commit and not batch
-                    and self._load_conn is not None
+                    and (self._load_conn is not None or self._pool.bounded)
                     and not cm.uses_replicas):
                 # The next poll's snapshot, begun after the COMMIT in the
                 # same round trip (_take_commit_snapshot).  (Only with a
-                # load connection to swap with: the instance keeps the
-                # connections it has, which a full server would refuse.)
+                # load connection to swap with, or a pool to give it back
+                # to: the instance keeps the connections it has, which a
+                # full server would refuse.)
                 then = self._adapter.poller.poll_after_commit(
                     cm, self._polled_tid)
             try:
@@ -688,7 +753,7 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
                 try:
                     settle_lost_finish(
                         self._name, self._adapter, txn.based_on(), e,
-                        self._reopen_store, self._drop_store_connection)
+                        self._reopen_store, self._drop_gone_store)
                 except CommitOutcomeUnknownError:
                     # Its blob files may now belong to a committed
                     # transaction: left in place.
@@ -727,6 +792,8 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
                 if txn.after_commit is not None:
                     self._take_commit_snapshot(self._polled_tid,
                                                txn.after_commit)
+                else:
+                    self._give_store()
                 self._finished_unpolled = not batch
                 self._commit_done.notify_all()
             return tid_bytes
@@ -755,6 +822,7 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
         finally:
             self._txn = None
             self._leave_snapshot()
+            self._give_store()
             self._commit_done.notify_all()
 
     def tpc_transaction(self):

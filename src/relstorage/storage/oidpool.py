@@ -2,6 +2,7 @@
 import threading
 import time
 
+from relstorage.storage.pool import STORE
 from relstorage.storage.reconnect import retry_if_disconnected
 
 
@@ -11,10 +12,15 @@ class OIDPool:
 
     The lock only guards this Python list; uniqueness between processes
     comes from the database's allocator.
+
+    The reservations run on a connection of ``pool``
+    (relstorage.storage.pool), kept between them without max-connections,
+    taken for each one and given back with it otherwise.
     """
 
-    def __init__(self, adapter):
+    def __init__(self, adapter, pool):
         self._adapter = adapter
+        self._pool = pool
         self._lock = threading.Lock()
         self._free = []        # descending, pop() gives the smallest
         self._others = []      # the same, for take_other
@@ -22,6 +28,7 @@ class OIDPool:
         self.highest = -1
         self._conn = None
         self._cursor = None
+        self._entry = None     # Pooled, of _conn
         # Blocks per reservation: doubled (up to MAX_BLOCKS) while
         # reservations follow each other closely, as when a process adds
         # many objects; back to 1 after a pause.
@@ -71,39 +78,50 @@ class OIDPool:
     def _reserve(self):
         """A new block from the database; a connection the database dropped
         is reopened once."""
+        return self._on_connection(
+            lambda cursor: self._adapter.oids.new_oids(cursor, self._blocks))
+
+    def _on_connection(self, work):
+        """``work(cursor)`` on this pool's connection (the caller holds
+        the lock); a connection the database dropped is reopened once."""
         cm = self._adapter.connmanager
 
-        def reserve():
+        def attempt():
             if self._conn is None:
-                self._conn, self._cursor = cm.open_store()
-            return self._adapter.oids.new_oids(self._cursor, self._blocks)
+                # The last connection of a bounded pool may serve: this
+                # one waits for nothing else while it holds it.
+                entry = self._pool.take(STORE, held=2)
+                self._entry = entry
+                self._conn, self._cursor = entry.conn, entry.cursor
+                if entry.rollback_due:
+                    # Still in the snapshot of its last user.
+                    entry.rollback_due = False
+                    cm.rollback(entry.conn, entry.cursor)
+            return work(self._cursor)
 
         try:
             with cm.translate('allocating object ids'):
                 return retry_if_disconnected(
-                    cm, 'allocating object ids', reserve,
-                    self.close_connection)
+                    cm, 'allocating object ids', attempt,
+                    self._drop_gone)
         except BaseException:
             self.close_connection()
             raise
+        finally:
+            self._give_back()
+
+    def _give_back(self):
+        if self._pool.bounded and self._conn is not None:
+            entry, self._entry = self._entry, None
+            self._conn = self._cursor = None
+            self._pool.give(entry)
 
     def ensure_above(self, oid):
         """Move the database's allocator past ``oid`` on this pool's own
         connection (see ensure_above_own_connection)."""
-        cm = self._adapter.connmanager
         with self._lock:
-            def ensure():
-                if self._conn is None:
-                    self._conn, self._cursor = cm.open_store()
-                self._adapter.oids.ensure_above(self._cursor, oid)
-            try:
-                with cm.translate('allocating object ids'):
-                    retry_if_disconnected(
-                        cm, 'allocating object ids', ensure,
-                        self.close_connection)
-            except BaseException:
-                self.close_connection()
-                raise
+            self._on_connection(
+                lambda cursor: self._adapter.oids.ensure_above(cursor, oid))
 
     def discard_through(self, oid):
         """Forget reserved ids up to ``oid`` (they were used by restore)."""
@@ -119,9 +137,13 @@ class OIDPool:
             self._others = []
             self.highest = -1
 
+    def _drop_gone(self):
+        self.close_connection()
+        self._pool.close_idle()
+
     def close_connection(self):
         if self._conn is not None:
-            self._adapter.connmanager.close(self._conn, self._cursor)
+            self._pool.discard(self._conn, self._cursor)
             self._conn = self._cursor = None
 
     def close(self):

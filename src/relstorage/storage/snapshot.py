@@ -89,7 +89,7 @@ class SnapshotMethods:
         return retry_if_disconnected(
             self._adapter.connmanager, 'starting a read snapshot',
             lambda: self._begin_snapshot(after_tid),
-            self._drop_load_connection)
+            self._drop_gone_load)
 
     def _begin_snapshot(self, after_tid=None):
         """Start the snapshot; returns what changed after ``after_tid``
@@ -109,9 +109,7 @@ class SnapshotMethods:
             # Its replica file prefers another server now.
             self._drop_load_connection()
         if self._load_conn is None:
-            self._load_conn, self._load_cursor = cm.open_load()
-            self._load_staged = False
-            self._rollback_due = False
+            self._take_load()
         self._snapshot_tid, changes = self._adapter.poller.begin_and_poll(
             cm, self._load_conn, self._load_cursor, after_tid,
             self._rollback_due)
@@ -129,13 +127,15 @@ class SnapshotMethods:
         else:
             self._stale = (tid, seen)
 
-    def _end_snapshot(self, now=True, keep_adopted=False):
+    def _end_snapshot(self, now=True, keep_adopted=False, give=True):
         """End the snapshot.  ``now`` False, where a new snapshot starts
         right after (a poll), leaves the ROLLBACK to the round trip that
         starts it.  A snapshot the last commit began for the next poll
         (``_take_commit_snapshot``) ends too, unless ``keep_adopted``.
         ``now`` also ends the snapshot the store connection still holds
-        from before the last commit."""
+        from before the last commit.  With max-connections the load
+        connection goes back to the pool, unless ``give`` is false (a new
+        snapshot starts at once)."""
         self._between = False
         if self._adopted is not None and not keep_adopted:
             self._adopted = None
@@ -156,6 +156,9 @@ class SnapshotMethods:
                 self._load_conn, self._load_cursor)
         if now and self._txn is None:
             self._end_store_snapshot()
+        if give:
+            # With max-connections: no snapshot, no connection.
+            self._give_load()
 
     def _leave_snapshot(self, keep_adopted=False):
         """End the snapshot without waiting for its ROLLBACK: the next
@@ -183,6 +186,9 @@ class SnapshotMethods:
         self._rollback_due = False
         (self._store_conn, self._store_cursor, self._store_rollback_due,
          self._store_staged) = old
+        # (With max-connections the load connection went back at the
+        # vote: the instance keeps the one that holds the snapshot.)
+        self._give_store()
         # (No changes when ``after_tid`` is None: the poll asked for none.)
         self._adopted = (after_tid, *split_poll(rows))
         # Ended if no poll takes it soon (explicit transactions).
@@ -202,6 +208,7 @@ class SnapshotMethods:
                 return
             if self._txn is None:
                 self._end_store_snapshot()
+                self._give_store()
             if self._load_conn is None:
                 return
             if self._rollback_due and self._snapshot_tid is None:
@@ -228,7 +235,13 @@ class SnapshotMethods:
         finally:
             self._lock.release()
 
-    def _drop_load_connection(self):
+    def _drop_gone_load(self):
+        """Drop a load connection the database dropped; the idle ones of
+        a bounded pool most likely went the same way (a restart)."""
+        self._drop_load_connection()
+        self._pool.close_idle()
+
+    def _drop_load_connection(self, rollback=True):
         self._snapshot_tid = None
         self._moved = {}
         self._rollback_due = False
@@ -236,7 +249,7 @@ class SnapshotMethods:
         self._load_staged = False
         self._prefetched.clear()
         if self._load_conn is not None:
-            self._adapter.connmanager.close(self._load_conn, self._load_cursor)
+            self._pool.discard(self._load_conn, self._load_cursor, rollback)
             self._load_conn = self._load_cursor = None
 
     # -- IMVCCStorage: polling -------------------------------------------
@@ -251,7 +264,7 @@ class SnapshotMethods:
             # (none where the last commit began it for ZODB's poll at the
             # end of the transaction, which does not ask for the latest
             # state: _take_commit_snapshot).
-            self._end_snapshot(now=False, keep_adopted=self._end_poll)
+            self._end_snapshot(now=False, keep_adopted=self._end_poll, give=False)
             if self._finished_unpolled:
                 # Whether ZODB polls at the end of a transaction (implicit
                 # transactions): then the next commit begins this poll's
@@ -329,7 +342,7 @@ class SnapshotMethods:
             if force:
                 # ZODB polls right after (newTransaction): the ROLLBACK
                 # goes with the poll's round trip.
-                self._end_snapshot(now=False)
+                self._end_snapshot(now=False, give=False)
                 self._end_poll = False
             else:
                 # ZODB's poll at the end of a transaction follows.

@@ -18,15 +18,21 @@ log = logging.getLogger('relstorage.storage')
 
 class StoreConnectionMethods:
 
-    def _drop_store_connection(self):
+    def _drop_store_connection(self, rollback=True):
         if self._store_conn is not None:
-            self._adapter.connmanager.close(
-                self._store_conn, self._store_cursor)
+            self._pool.discard(self._store_conn, self._store_cursor,
+                               rollback)
             self._store_conn = self._store_cursor = None
         self._store_rollback_due = False
 
-    def _reopen_store(self):
+    def _drop_gone_store(self):
+        """Drop a store connection the database dropped (and the idle
+        ones of a bounded pool: see _drop_gone_load)."""
         self._drop_store_connection()
+        self._pool.close_idle()
+
+    def _reopen_store(self):
+        self._drop_gone_store()
         self._writer_cursor()
         return self._store_conn, self._store_cursor
 
@@ -43,20 +49,19 @@ class StoreConnectionMethods:
         return cursor, self._adapter.connmanager.store_begin_statements(
             conn, cursor)
 
-    def _writer_cursor(self, rollback_later=False):
+    def _writer_cursor(self, rollback_later=False, short=False):
         """The cursor of the committing connection.  Outside a commit it
         reads the latest committed data.  The connection may have been the
         load connection until the last commit (``_take_commit_snapshot``):
         its snapshot ends here, unless ``rollback_later`` (the caller's
         first statement carries the ROLLBACK), and it gets the staging
-        table once."""
+        table once.  ``short``: a read that gives a connection it takes
+        from a bounded pool back at once, waiting for nothing else."""
         self._check_open()
         cm = self._adapter.connmanager
         if self._store_conn is None:
-            self._store_conn, self._store_cursor = cm.open_store()
-            self._store_staged = True
-            self._store_rollback_due = False
-        elif not self._store_staged:
+            self._take_store(short)
+        if not self._store_staged:
             # (With the ROLLBACK still due, in the same round trip.)
             cm.prepare_store(self._store_conn, self._store_cursor,
                              rollback=self._store_rollback_due)
@@ -77,10 +82,15 @@ class StoreConnectionMethods:
     def _read_latest(self, what, read):
         """``read(cursor)`` on the committing connection; outside a commit a
         connection the database dropped is reopened once."""
-        return retry_if_disconnected(
-            self._adapter.connmanager, what,
-            lambda: read(self._writer_cursor()), self._drop_store_connection,
-            may_retry=lambda: self._txn is None)
+        try:
+            return retry_if_disconnected(
+                self._adapter.connmanager, what,
+                lambda: read(self._writer_cursor(short=True)),
+                self._drop_gone_store,
+                may_retry=lambda: self._txn is None)
+        finally:
+            # (Outside a commit, back to a bounded pool.)
+            self._give_store()
 
     def _begin_store(self):
         """Start the database transaction of a commit; a connection the
@@ -113,4 +123,4 @@ class StoreConnectionMethods:
 
         return retry_if_disconnected(
             self._adapter.connmanager, 'starting a commit', begin,
-            self._drop_store_connection)
+            self._drop_gone_store)
