@@ -78,9 +78,12 @@ def _count(relay, operation, times=5):
     return done.round_trips / times
 
 
-def test_round_trips(relayed):
+@pytest.mark.parametrize('bound', [0, 5], ids=['unbounded', 'bounded'])
+def test_round_trips(relayed, bound):
+    """The same with max-connections: connections given back and taken
+    again between transactions carry their put-off ROLLBACK along."""
     relay, open_ = relayed
-    db = ZODB.DB(open_())
+    db = ZODB.DB(open_(max_connections=bound))
     try:
         tm = transaction.TransactionManager()
         conn = db.open(tm)

@@ -58,6 +58,33 @@ def test_what_a_database_holds(backend, database, keep_history, tmp_path):
     assert 'last pack' in text.stdout
 
 
+def test_the_sessions_connected_now(backend, database, tmp_path):
+    """What a site's processes hold on the server (docs/operations.rst,
+    the connection budget): the database's other sessions, where the
+    database has a server."""
+    config = tmp_path / 'zodb.conf'
+    config.write_text(backend.zconfig(database))
+    storage = ZODB.config.storageFromURL(str(config))
+    instances = [storage.new_instance() for _ in range(3)]
+    try:
+        for instance in instances:
+            instance.poll_invalidations()
+        result = run('--json', config)
+        assert result.returncode == 0, result.stderr
+        [figures] = json.loads(result.stdout)
+        if not hasattr(backend, 'sessions'):
+            assert 'other_sessions' not in figures
+            return
+        assert figures['other_sessions'] == backend.sessions(database)
+        assert figures['other_sessions'] >= 3
+        text = run(config)
+        assert 'sessions connected now' in text.stdout
+    finally:
+        for instance in instances:
+            instance.release()
+        storage.close()
+
+
 def test_bad_input(tmp_path):
     missing = run(tmp_path / 'missing.conf')
     assert missing.returncode == 2

@@ -56,6 +56,9 @@ class Schema:
     #: The newest transaction a pack marked (history-preserving;
     #: relstorage-stats).
     LAST_PACKED = 'SELECT MAX(tid) FROM transaction_log WHERE packed'
+    #: The server's sessions connected to this database, the asking one
+    #: included (relstorage-stats), or None where there is no server.
+    SESSIONS = None
 
     def __init__(self, connmanager, keep_history):
         self.connmanager = connmanager

@@ -90,6 +90,9 @@ def collect(schema):
             cursor, 'SELECT COUNT(*) FROM object_blob')
         figures['blob_bytes_in_database'] = int(value(
             cursor, 'SELECT SUM(blob_size) FROM object_blob') or 0)
+        if schema.SESSIONS is not None:
+            # Not counting this one.
+            figures['other_sessions'] = int(value(cursor, schema.SESSIONS)) - 1
     finally:
         cm.close(conn, cursor)
     return figures
@@ -121,6 +124,7 @@ _LABELS = (
     ('last_transaction', 'last transaction'), ('last_pack', 'last pack'),
     ('blobs_in_database', 'blobs in the database'),
     ('blob_bytes_in_database', 'blob bytes in the database'),
+    ('other_sessions', 'sessions connected now'),
 )
 
 

@@ -29,6 +29,9 @@ class MySQLSchema(Schema):
         SELECT SUM(data_length + index_length)
         FROM information_schema.tables
         WHERE table_schema = DATABASE()"""
+    # (Without the PROCESS privilege a user sees its own sessions only.)
+    SESSIONS = ('SELECT COUNT(*) FROM information_schema.processlist '
+                'WHERE db = DATABASE()')
 
     def _list_tables(self, cursor):
         cursor.execute("""

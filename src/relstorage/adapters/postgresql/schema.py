@@ -24,6 +24,8 @@ class PostgreSQLSchema(Schema):
     DATABASE = 'postgresql'
     #: The bytes the database takes (relstorage-stats).
     SIZE = 'SELECT pg_database_size(current_database())'
+    SESSIONS = ('SELECT COUNT(*) FROM pg_stat_activity '
+                'WHERE datname = current_database()')
 
     def _list_tables(self, cursor):
         # pg_class rather than information_schema.tables, whose view joins
