@@ -22,7 +22,6 @@ Every request must succeed (a MaxConnectionsError fails the run): the
 bound is a bound, not a load shedder.
 """
 import json
-import os
 import random
 import subprocess
 import sys

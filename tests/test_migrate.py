@@ -50,6 +50,7 @@ def _make_old(backend, database, keep_history, version, monkeypatch):
     monkeypatch.setattr(relstorage.adapters.schema, 'SCHEMA_VERSION',
                         version)
     storage = backend.open(database, keep_history=keep_history)
+    functions = _write_functions(storage, version)
     db = ZODB.DB(storage)
     conn = db.open()
     items = conn.root()['items'] = PersistentMapping()
@@ -62,8 +63,36 @@ def _make_old(backend, database, keep_history, version, monkeypatch):
     conn.close()
     expected = _states(storage)
     db.close()
+    if functions:
+        cm = storage._adapter.connmanager
+        conn = cm.connect()
+        try:
+            for name in functions:
+                conn.cursor().execute(f'DROP FUNCTION {name}')
+        finally:
+            cm.close(conn, None)
     monkeypatch.undo()
     return expected
+
+
+def _write_functions(storage, version):
+    """Before version 5 a PostgreSQL session created the functions of a
+    commit's last step for itself (as temporary functions); this code
+    calls those of the schema (0005-finish).  Created here to write the
+    old database's data the way the old code did, and dropped after:
+    their names, or [] where none were needed."""
+    adapter = storage._adapter
+    if adapter.schema.DATABASE != 'postgresql' or version >= 5:
+        return []
+    from relstorage.adapters.postgresql.transactions import FUNCTIONS
+    cm = adapter.connmanager
+    conn = cm.connect()
+    try:
+        for statement in adapter.txncontrol.functions():
+            conn.cursor().execute(statement)
+    finally:
+        cm.close(conn, None)
+    return FUNCTIONS
 
 
 def _states(storage):
@@ -219,3 +248,22 @@ def test_bad_input(tmp_path):
     other = run('--apply', fs)
     assert other.returncode == 0, other.stderr
     assert 'not a relstorage' in other.stderr
+
+
+def test_the_postgresql_functions_of_step_5_are_the_codes(keep_history):
+    """Migration 0005-finish creates the functions the code calls, as the
+    code makes them from its statements: a change to those statements
+    needs a new step (this fails until there is one)."""
+    from relstorage.adapters.postgresql import objects
+    from relstorage.adapters.postgresql import transactions
+    from relstorage.adapters.schema import sql_statements
+    if keep_history:
+        control = transactions.HistoryPreservingTransactionControl(
+            None, objects.HistoryPreservingMover.MOVE_STAGED)
+    else:
+        control = transactions.HistoryFreeTransactionControl(
+            None, objects.HistoryFreeMover.MOVE_STAGED)
+    [step] = [s for s in migrations.STEPS if s.version == 5]
+    statements = sql_statements(step.path('postgresql', keep_history))
+    assert statements == [s.strip() for s in control.functions()] + [
+        'UPDATE schema_version SET version = 5']

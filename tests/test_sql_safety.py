@@ -24,6 +24,8 @@ REVIEWED = {
         'table names from the schema files of the code',
     ('adapters/postgresql/schema.py', 'table'):
         'table names from the schema files of the code',
+    ('adapters/postgresql/schema.py', 'function'):
+        'function names of the code (transactions.FUNCTIONS)',
     ('adapters/postgresql/schema.py', "', '.join(present)"):
         'table names found in the catalogue, among the code\'s own',
     ('adapters/sqlite/schema.py', 'table'):
@@ -34,9 +36,8 @@ REVIEWED = {
         'pragma values checked to be plain numbers or words '
         '(check_pragmas)',
     ('adapters/postgresql/connection.py',
-     "'; '.join(['ROLLBACK'] * rollback + [TEMP_STORE, *self.store_setup])"):
-        'a ROLLBACK, the staging table and the finish functions, made by '
-        'the code from its own statements',
+     "'; '.join(['ROLLBACK'] * rollback + [TEMP_STORE])"):
+        'a ROLLBACK and the staging table, constants of the code',
     ('adapters/postgresql/drivers.py', 'first'):
         'statement constants of the code, no values',
     ('adapters/postgresql/drivers.py', 'statement.execute_sql'):

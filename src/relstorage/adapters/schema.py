@@ -15,6 +15,7 @@ with the steps it needs; applying them is the administrator's decision.
 """
 import contextlib
 import os
+import re
 
 from relstorage import migrations
 from relstorage.adapters.interfaces import ISchema
@@ -31,12 +32,34 @@ PACK_TABLES = ('object_ref', 'pack_state', 'pack_run', 'pack_object',
 
 
 def sql_statements(path):
-    """The statements of one SQL file, without comments."""
+    """The statements of one SQL file, without comments.  A statement ends
+    at a semicolon outside a dollar-quoted string (``$body$ ... $body$``,
+    PostgreSQL's function bodies)."""
     with open(path, encoding='utf-8') as f:
         text = f.read()
     lines = [line for line in text.splitlines()
              if not line.lstrip().startswith('--')]
-    return [s.strip() for s in '\n'.join(lines).split(';') if s.strip()]
+    statements, current, quote = [], [], None
+    for part in _DOLLAR_QUOTE.split('\n'.join(lines)):
+        if _DOLLAR_QUOTE.fullmatch(part):
+            quote = None if quote == part else quote or part
+            current.append(part)
+            continue
+        if quote is not None:
+            current.append(part)
+            continue
+        pieces = part.split(';')
+        for piece in pieces[:-1]:
+            current.append(piece)
+            statements.append(''.join(current))
+            current = []
+        current.append(pieces[-1])
+    statements.append(''.join(current))
+    return [s.strip() for s in statements if s.strip()]
+
+
+#: A dollar-quote tag (the split keeps the tags, capturing them).
+_DOLLAR_QUOTE = re.compile(r'(\$[A-Za-z_]*\$)')
 
 
 def ddl_statements(directory, keep_history):

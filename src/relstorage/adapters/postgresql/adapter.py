@@ -79,7 +79,6 @@ class PostgreSQLAdapter(Adapter):
             self.history = history.HistoryFreeHistory()
             self.packer = pack.HistoryFreePacker(cm)
         cm.prepared = self.mover.prepared() + self.poller.prepared()
-        cm.store_setup = list(self.txncontrol.session_setup)
 
     def database_size(self):
         conn = self.connmanager.connect()

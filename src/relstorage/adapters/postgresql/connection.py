@@ -67,8 +67,6 @@ class PostgreSQLConnectionManager(ConnectionManager):
         #: Prepared statements of the other roles (set by the adapter),
         #: prepared in every load and store session.
         self.prepared = []
-        #: Statements every store session runs once when it opens.
-        self.store_setup = []
 
     def describe(self):
         return self._description
@@ -117,10 +115,9 @@ class PostgreSQLConnectionManager(ConnectionManager):
         return conn, cursor
 
     def prepare_store(self, conn, cursor, rollback=False):
-        # The staging table and the finish functions, in one round trip
-        # (psycopg 3 sends statements without parameters as one query too).
-        cursor.execute('; '.join(
-            ['ROLLBACK'] * rollback + [TEMP_STORE, *self.store_setup]))
+        # The staging table (with the ROLLBACK due, in one round trip:
+        # psycopg 3 sends statements without parameters as one query too).
+        cursor.execute('; '.join(['ROLLBACK'] * rollback + [TEMP_STORE]))
 
     def _lock_timeout_ms(self):
         # 0 would mean "wait forever" to PostgreSQL.

@@ -5,6 +5,8 @@ import os
 from relstorage.adapters.schema import PACK_TABLES
 from relstorage.adapters.schema import Schema
 
+from .transactions import FUNCTIONS
+
 TABLES = ('schema_version', 'commit_row', 'transaction_log', 'object_state',
           'superseded_state', 'current_object', 'blob_chunk',
           'object_blob') + PACK_TABLES
@@ -60,3 +62,5 @@ class PostgreSQLSchema(Schema):
             for table in TABLES:
                 cur.execute(f'DROP TABLE IF EXISTS {table}')
             cur.execute('DROP SEQUENCE IF EXISTS zoid_seq')
+            for function in FUNCTIONS:
+                cur.execute(f'DROP FUNCTION IF EXISTS {function}')

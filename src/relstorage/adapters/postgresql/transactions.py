@@ -5,11 +5,13 @@ server's clock, record the transaction, move the staged rows, move the
 last-tid marker) runs as one call of a function, and the COMMIT travels
 in the same round trip (with psycopg 3 through a client-binding cursor),
 followed, where the core asks, by the next snapshot's BEGIN and its poll
-(IPoller.poll_after_commit).  The function is temporary
-(``pg_temp``): each store session creates its own when it opens, so the
-database holds no code that another relstorage version would have to
-migrate.  Its body is made from the same statements the step-by-step path
-runs (``MOVE_FROM_TEMP``, ``INSERT_TRANSACTION``, ``UPDATE_LAST_TID``).
+(IPoller.poll_after_commit).  The functions belong to the schema
+(migration step 0005-finish, whose SQL is ``functions()``'s, as a test
+checks): a session keeps nothing of them, which a transaction pooler
+(PgBouncer) needs, and opening a store session runs nothing for them.
+Their bodies are made from the same statements the step-by-step path runs
+(``MOVE_FROM_TEMP``, ``INSERT_TRANSACTION``, ``UPDATE_LAST_TID``); a
+change to those is a new migration step.
 
 A small commit does not stage its rows: they travel as array arguments of
 a second function, which moves them from ``unnest()`` of the arrays.  The
@@ -42,7 +44,7 @@ _TID_OF_NOW = """
      + FLOOR(EXTRACT(SECOND FROM now_utc) * 4294967296 / 60)::BIGINT)"""
 
 _FINISH = """
-CREATE OR REPLACE FUNCTION pg_temp.{name}(
+CREATE OR REPLACE FUNCTION {name}(
     p_user BYTEA, p_description BYTEA, p_extension BYTEA, p_packed BOOLEAN{args})
 RETURNS BIGINT LANGUAGE plpgsql AS $body$
 DECLARE
@@ -62,7 +64,7 @@ $body$"""
 # The same step for a restore (zodbconvert): the tid is the caller's, and
 # must follow the last one; no COMMIT (a restore batch goes on).
 _RESTORE = """
-CREATE OR REPLACE FUNCTION pg_temp.{name}(
+CREATE OR REPLACE FUNCTION {name}(
     new_tid BIGINT, p_user BYTEA, p_description BYTEA, p_extension BYTEA,
     p_packed BOOLEAN{args})
 RETURNS BIGINT LANGUAGE plpgsql AS $body$
@@ -93,6 +95,10 @@ _ROWS = """(
         ) AS staged"""
 
 
+#: The functions of migration step 0005-finish (drop_all drops them).
+FUNCTIONS = ('relstorage_finish', 'relstorage_finish_rows',
+             'relstorage_restore', 'relstorage_restore_rows')
+
 #: The key of the tid's row among a poll's rows (the last tid's is -1,
 #: changes' are oids).
 _TID_KEY = -2
@@ -110,14 +116,15 @@ def _as_function(statement, *names):
 
 class _PostgreSQLTransactionControl(TransactionControl):
     UPDATE_LAST_TID = 'UPDATE commit_row SET tid = %s WHERE id = 0'
-    FINISH_CALL = 'SELECT pg_temp.relstorage_finish(%s, %s, %s, %s)'
+    FINISH_CALL = 'SELECT relstorage_finish(%s, %s, %s, %s)'
     FINISH_ROWS_CALL = (
-        'SELECT pg_temp.relstorage_finish_rows(%s, %s, %s, %s, '
+        'SELECT relstorage_finish_rows(%s, %s, %s, %s, '
         '%s::bigint[], %s::bigint[], %s::bytea[], %s::bigint[])')
-    RESTORE_CALL = 'SELECT pg_temp.relstorage_restore(%s, %s, %s, %s, %s)'
+    RESTORE_CALL = 'SELECT relstorage_restore(%s, %s, %s, %s, %s)'
     RESTORE_ROWS_CALL = (
-        'SELECT pg_temp.relstorage_restore_rows(%s, %s, %s, %s, %s, '
+        'SELECT relstorage_restore_rows(%s, %s, %s, %s, %s, '
         '%s::bigint[], %s::bigint[], %s::bytea[], %s::bigint[])')
+
     #: The largest commit (rows, pickle bytes) that finishes without the
     #: staging table (see the module's docstring).
     INLINE_LIMIT = (200, 40 * 1024)
@@ -126,8 +133,7 @@ class _PostgreSQLTransactionControl(TransactionControl):
         """``move_statements`` take the staged rows from ``{staged}``."""
         self.driver = driver
         self.inline_limit = self.INLINE_LIMIT
-        #: Run by every store session when it opens: the four functions.
-        self.session_setup = [
+        self._functions = [
             self._function('relstorage_finish', '', move_statements,
                            'temp_store'),
             self._function('relstorage_finish_rows', _ROW_ARGS,
@@ -136,6 +142,11 @@ class _PostgreSQLTransactionControl(TransactionControl):
                            'temp_store', _RESTORE),
             self._function('relstorage_restore_rows', _ROW_ARGS,
                            move_statements, _ROWS, _RESTORE)]
+
+    def functions(self):
+        """The CREATE statements of the four functions: migration step
+        0005-finish's SQL for this history mode."""
+        return list(self._functions)
 
     def _function(self, name, args, move_statements, staged,
                   template=_FINISH):
