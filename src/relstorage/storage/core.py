@@ -56,10 +56,8 @@ from relstorage.storage.commit import PendingTransaction
 from relstorage.storage.iteration import TransactionIterator
 from relstorage.storage.oidpool import OIDPool
 from relstorage.storage.outcome import settle_lost_finish
-from relstorage.storage.pool import LOAD
-from relstorage.storage.pool import STORE
 from relstorage.storage.pool import Connections
-from relstorage.storage.pool import Pooled
+from relstorage.storage.pool import PooledConnectionMethods
 from relstorage.storage.store import StoreConnectionMethods
 from relstorage.storage.snapshot import SnapshotMethods
 from relstorage.storage.undo import UndoMethods
@@ -82,8 +80,9 @@ log = logging.getLogger('relstorage.storage')
     IBlobStorage,
     IBlobStorageRestoreable,
 )
-class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
-                 BulkCopyMethods, UndoMethods, ConflictResolvingStorage):
+class RelStorage(SnapshotMethods, StoreConnectionMethods,
+                 PooledConnectionMethods, BlobMethods, BulkCopyMethods,
+                 UndoMethods, ConflictResolvingStorage):
     """``RelStorage(adapter, name=None, options=None, **options)``.
 
     ``adapter`` is a database adapter such as
@@ -248,60 +247,6 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
     def _check_open(self):
         if self._closed:
             raise POSException.StorageError(f'{self._name} is closed')
-
-    def _close_connections(self, locked=True):
-        """Give the connections back (max-connections), or close them
-        without waiting for the server: ZODB releases instances under its
-        database's lock, where a server that stopped answering must not
-        hang the process.  ``locked`` False: from a finaliser."""
-        if self._pool.bounded:
-            self._end_snapshot(now=False)
-            self._give_load(locked)
-            if self._txn is not None or self._batch_from is not None:
-                self._store_rollback_due = True
-            self._give_store(locked, force=True)
-        self._drop_load_connection(rollback=False)
-        self._drop_store_connection(rollback=False)
-
-    def _held(self):
-        """How many connections of the pool this instance holds."""
-        return (self._load_conn is not None) + (self._store_conn is not None)
-
-    def _take_load(self):
-        entry = self._pool.take(LOAD, self._held())
-        self._load_conn, self._load_cursor = entry.conn, entry.cursor
-        self._load_staged = entry.staged
-        self._rollback_due = entry.rollback_due
-
-    def _give_load(self, locked=True):
-        """Give the load connection back to a bounded pool when no
-        snapshot is open on it (its ROLLBACK may still be due)."""
-        if (self._pool.bounded and self._load_conn is not None
-                and self._snapshot_tid is None and self._adopted is None):
-            entry = Pooled(self._load_conn, self._load_cursor, LOAD,
-                           self._load_staged, self._rollback_due)
-            self._load_conn = self._load_cursor = None
-            self._load_staged = self._rollback_due = False
-            self._pool.give(entry, locked)
-
-    def _take_store(self, short=False):
-        # (A short use waits for nothing while it holds the connection:
-        # like a reservation of object ids, it may take the pool's last.)
-        entry = self._pool.take(STORE, 2 if short else self._held())
-        self._store_conn, self._store_cursor = entry.conn, entry.cursor
-        self._store_staged = entry.staged
-        self._store_rollback_due = entry.rollback_due
-
-    def _give_store(self, locked=True, force=False):
-        """Give the store connection back to a bounded pool outside a
-        commit (and a restore batch), or with ``force``."""
-        if (self._pool.bounded and self._store_conn is not None and (
-                force or (self._txn is None and self._batch_from is None))):
-            entry = Pooled(self._store_conn, self._store_cursor, STORE,
-                           self._store_staged, self._store_rollback_due)
-            self._store_conn = self._store_cursor = None
-            self._store_staged = self._store_rollback_due = False
-            self._pool.give(entry, locked)
 
     # -- IMVCCStorage (poll_invalidations, sync, afterCompletion: see
     # snapshot.py) -----------------------------------------------------
@@ -530,17 +475,6 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods, BlobMethods,
     def metrics(self):
         """What the storage has done: relstorage.metrics.snapshot."""
         return metrics.snapshot(self)
-
-    def lastTransaction(self):
-        with self._lock:
-            if self._snapshot_tid is not None:
-                return max(p64(self._snapshot_tid), self._ltid)
-            self._snapshot_cursor()
-            last = max(p64(self._snapshot_tid), self._ltid)
-            if self._pool.bounded:
-                # Nothing else reads from it (ZODB asks the root storage).
-                self._leave_snapshot()
-            return last
 
     def __len__(self):
         with self._lock:

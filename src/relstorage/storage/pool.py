@@ -245,3 +245,64 @@ class Connections:
             self._cond.notify_all()
         for entry in entries:
             self._close(entry)
+
+
+class PooledConnectionMethods:
+    """A storage instance's side: taking its load and store connections
+    from ``self._pool`` and giving them back.  A mixin of
+    ``relstorage.storage.RelStorage``, whose ``_init_instance`` sets the
+    attributes used here."""
+
+    def _close_connections(self, locked=True):
+        """Give the connections back (max-connections), or close them
+        without waiting for the server: ZODB releases instances under its
+        database's lock, where a server that stopped answering must not
+        hang the process.  ``locked`` False: from a finaliser."""
+        if self._pool.bounded:
+            self._end_snapshot(now=False)
+            self._give_load(locked)
+            if self._txn is not None or self._batch_from is not None:
+                self._store_rollback_due = True
+            self._give_store(locked, force=True)
+        self._drop_load_connection(rollback=False)
+        self._drop_store_connection(rollback=False)
+
+    def _held(self):
+        """How many connections of the pool this instance holds."""
+        return (self._load_conn is not None) + (self._store_conn is not None)
+
+    def _take_load(self):
+        entry = self._pool.take(LOAD, self._held())
+        self._load_conn, self._load_cursor = entry.conn, entry.cursor
+        self._load_staged = entry.staged
+        self._rollback_due = entry.rollback_due
+
+    def _give_load(self, locked=True):
+        """Give the load connection back to a bounded pool when no
+        snapshot is open on it (its ROLLBACK may still be due)."""
+        if (self._pool.bounded and self._load_conn is not None
+                and self._snapshot_tid is None and self._adopted is None):
+            entry = Pooled(self._load_conn, self._load_cursor, LOAD,
+                           self._load_staged, self._rollback_due)
+            self._load_conn = self._load_cursor = None
+            self._load_staged = self._rollback_due = False
+            self._pool.give(entry, locked)
+
+    def _take_store(self, short=False):
+        # (A short use waits for nothing while it holds the connection:
+        # like a reservation of object ids, it may take the pool's last.)
+        entry = self._pool.take(STORE, 2 if short else self._held())
+        self._store_conn, self._store_cursor = entry.conn, entry.cursor
+        self._store_staged = entry.staged
+        self._store_rollback_due = entry.rollback_due
+
+    def _give_store(self, locked=True, force=False):
+        """Give the store connection back to a bounded pool outside a
+        commit (and a restore batch), or with ``force``."""
+        if (self._pool.bounded and self._store_conn is not None and (
+                force or (self._txn is None and self._batch_from is None))):
+            entry = Pooled(self._store_conn, self._store_cursor, STORE,
+                           self._store_staged, self._store_rollback_due)
+            self._store_conn = self._store_cursor = None
+            self._store_staged = self._store_rollback_due = False
+            self._pool.give(entry, locked)

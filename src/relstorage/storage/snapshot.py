@@ -117,6 +117,17 @@ class SnapshotMethods:
         self._saw(self._snapshot_tid)
         return changes
 
+    def lastTransaction(self):
+        with self._lock:
+            if self._snapshot_tid is not None:
+                return max(p64(self._snapshot_tid), self._ltid)
+            self._snapshot_cursor()
+            last = max(p64(self._snapshot_tid), self._ltid)
+            if self._pool.bounded:
+                # Nothing else reads from it (ZODB asks the root storage).
+                self._leave_snapshot()
+            return last
+
     def _saw(self, tid):
         """Note a snapshot (or a commit) at ``tid``; a snapshot older than
         what this instance saw makes it stale."""
