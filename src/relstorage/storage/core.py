@@ -279,7 +279,7 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods,
             for instance in list(self._instances):
                 instance.release()
             self._oids.close()
-            self._pool.close_idle()
+            self._pool.close()
             if self._blobs is not None:
                 self._blobs.close()
             if self._options.cache_local_dir:

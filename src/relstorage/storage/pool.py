@@ -79,6 +79,8 @@ class Connections:
         # instance, which the garbage collector may run inside ``take``):
         # taken into _idle at the next take.  deque.append is atomic.
         self._returned = collections.deque()
+        # After close(): what is given back is closed.
+        self._closed = False
         # Figures (metrics.snapshot).
         self.opened = 0
         self.waits = 0
@@ -180,12 +182,20 @@ class Connections:
             self.discard(entry.conn, entry.cursor)
             return
         if not locked:
-            self._returned.append(entry)
+            if self._closed:
+                self._close(entry)
+            else:
+                self._returned.append(entry)
             return
         with self._cond:
-            self._idle.append(entry)
-            self._cond.notify()
-        if entry.rollback_due:
+            closed = self._closed
+            if not closed:
+                self._idle.append(entry)
+                self._cond.notify()
+        if closed:
+            # (An instance released after its root storage closed.)
+            self._close(entry)
+        elif entry.rollback_due:
             # Not idle inside a transaction for long (idle.py).
             idle.ender.due(self)
 
@@ -219,8 +229,11 @@ class Connections:
                 self.discard(entry.conn, entry.cursor)
                 continue
             with self._cond:
-                self._idle.append(entry)
-                self._cond.notify()
+                if not self._closed:
+                    self._idle.append(entry)
+                    self._cond.notify()
+                    continue
+            self._close(entry)     # the storage closed meanwhile
 
     def stats(self):
         """``{'open', 'busy', 'idle', 'opened', 'waits', 'wait_seconds',
@@ -233,6 +246,21 @@ class Connections:
                     'waits': self.waits,
                     'wait_seconds': self.wait_seconds,
                     'timeouts': self.timeouts}
+
+    def __del__(self):
+        # A root storage dropped without close(): its idle connections go
+        # with it, as its instances' (closed by their __del__) do.
+        try:
+            for entry in [*self._idle, *self._returned]:
+                self._close(entry)
+        except Exception:   # interpreter shutdown
+            pass
+
+    def close(self):
+        """The root storage is closing: close the idle connections, and
+        those given back from now on."""
+        self._closed = True
+        self.close_idle()
 
     def close_idle(self):
         """Close the idle connections, without a round trip: the root
@@ -259,7 +287,7 @@ class PooledConnectionMethods:
         database's lock, where a server that stopped answering must not
         hang the process.  ``locked`` False: from a finaliser."""
         if self._pool.bounded:
-            self._end_snapshot(now=False)
+            self._end_snapshot(now=False, give=False)
             self._give_load(locked)
             if self._txn is not None or self._batch_from is not None:
                 self._store_rollback_due = True
