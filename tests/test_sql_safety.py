@@ -36,11 +36,11 @@ REVIEWED = {
         'pragma values checked to be plain numbers or words '
         '(check_pragmas)',
     ('adapters/postgresql/connection.py',
-     "'; '.join(['ROLLBACK'] * rollback + [TEMP_STORE])"):
+     "'; '.join(statements)"):
         'a ROLLBACK and the staging table, constants of the code',
     ('adapters/postgresql/drivers.py', 'first'):
         'statement constants of the code, no values',
-    ('adapters/postgresql/drivers.py', 'statement.execute_sql'):
+    ('adapters/postgresql/drivers.py', 'self._sql(statement)'):
         'prepared-statement names and constants of the code',
     ('adapters/postgresql/drivers.py', 'call'):
         'statement constants of the code; the values are bound',

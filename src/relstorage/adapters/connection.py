@@ -15,6 +15,13 @@ class ConnectionManager:
 
     driver = None
     lock_timeout = 0
+    #: Behind a transaction pooler, which holds a server session for a
+    #: client connection only while it is inside a transaction: a commit
+    #: runs on the connection of the snapshot it ended at its vote
+    #: (relstorage.storage.store's _commit_on_snapshot_connection), and
+    #: its last round trip begins no snapshot (a client always inside a
+    #: transaction would keep its server session from every other).
+    transaction_pooler = False
     #: The server's ids of the sessions this manager has open (see
     #: ``session_id``), or None before the first.
     sessions = None

@@ -206,6 +206,7 @@ sqlite_driver = functools.partial(_choice, ('auto', 'sqlite3'), 'driver')
 dsn = functools.partial(_text, 'dsn')
 postgresql_driver = functools.partial(
     _choice, ('auto', 'psycopg2', 'psycopg'), 'driver')
+transaction_pooler = functools.partial(_boolean, 'transaction-pooler')
 mysql_driver = functools.partial(
     _choice, ('auto', 'mysqlclient', 'PyMySQL'), 'driver')
 oracle_driver = functools.partial(

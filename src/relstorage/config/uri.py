@@ -156,11 +156,13 @@ def resolve_postgresql(uri):
     parts.update(libpq)
     dsn = ' '.join(f'{k}={_dsn_value(v)}' for k, v in parts.items())
     driver = keys.get('driver')
+    pooler = keys.get('transaction_pooler')
     storage_options = _options(uri, options)
 
     def adapter():
         from relstorage.adapters.postgresql import PostgreSQLAdapter
-        return PostgreSQLAdapter(dsn=dsn, driver=driver)
+        return PostgreSQLAdapter(dsn=dsn, driver=driver,
+                                 transaction_pooler=pooler)
     return _factory(adapter, storage_options, demo), dbkw
 
 

@@ -44,8 +44,9 @@ class PostgreSQLAdapterFactory:
 
     def create(self):
         from relstorage.adapters.postgresql import PostgreSQLAdapter
-        return PostgreSQLAdapter(dsn=self.config.dsn,
-                                 driver=self.config.driver)
+        return PostgreSQLAdapter(
+            dsn=self.config.dsn, driver=self.config.driver,
+            transaction_pooler=self.config.transaction_pooler)
 
 
 class MySQLAdapterFactory:

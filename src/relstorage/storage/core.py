@@ -520,12 +520,6 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods,
 
     # -- committing ----------------------------------------------------
 
-    def new_oid(self):
-        if self._options.read_only:
-            raise POSException.ReadOnlyError()
-        self._check_open()
-        return p64(self._oids.take())
-
     def _pending(self, transaction):
         """The commit in progress for ``transaction``, or
         StorageTransactionError."""
@@ -650,7 +644,11 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods,
             # The transaction reads nothing more from its snapshot; ending
             # it lets the database reclaim what only this snapshot still
             # saw (SQLite can reset its WAL, PostgreSQL can vacuum).  Its
-            # ROLLBACK goes with the next poll (relstorage.storage.idle).
+            # ROLLBACK goes with the next poll (relstorage.storage.idle),
+            # or behind a transaction pooler with the commit's BEGIN.
+            if self._adapter.connmanager.transaction_pooler:
+                self._end_snapshot(now=False, give=False)
+                self._commit_on_snapshot_connection(txn)
             self._leave_snapshot()
             try:
                 with self._adapter.connmanager.translate():
@@ -669,7 +667,7 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods,
             then = None
             if (self._polls_after_commit and not batch
                     and (self._load_conn is not None or self._pool.bounded)
-                    and not cm.uses_replicas):
+                    and not cm.uses_replicas and not cm.transaction_pooler):
                 # The next poll's snapshot, begun after the COMMIT in the
                 # same round trip (_take_commit_snapshot).  (Only with a
                 # load connection to swap with, or a pool to give it back

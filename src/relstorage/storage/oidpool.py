@@ -41,10 +41,13 @@ class OIDPool:
     #: Reservations closer than this (seconds) count as "in a hurry".
     HURRY = 1.0
 
-    def take(self):
+    def take(self, cursor=None):
+        """An object id.  ``cursor``: a connection in a transaction that
+        may reserve a block itself (behind a transaction pooler, the
+        caller's snapshot: see relstorage.adapters.postgresql)."""
         with self._lock:
             if not self._free:
-                self._free = self._refill()
+                self._free = self._refill(cursor)
             return self._free.pop()
 
     def take_other(self):
@@ -63,7 +66,7 @@ class OIDPool:
         """Whether ``take_other`` can answer without the database."""
         return bool(self._others)
 
-    def _refill(self):
+    def _refill(self, cursor=None):
         """Reserved ids, descending (the caller holds the lock)."""
         now = time.monotonic()
         if now - self._last_reserve < self.HURRY:
@@ -71,7 +74,13 @@ class OIDPool:
         else:
             self._blocks = 1
         self._last_reserve = now
-        ids = sorted(self._reserve(), reverse=True)
+        if cursor is None:
+            ids = self._reserve()
+        else:
+            with self._adapter.connmanager.translate(
+                    'allocating object ids'):
+                ids = self._adapter.oids.new_oids(cursor, self._blocks)
+        ids = sorted(ids, reverse=True)
         self.highest = max(self.highest, ids[0])
         return ids
 

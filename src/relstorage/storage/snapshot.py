@@ -123,8 +123,10 @@ class SnapshotMethods:
                 return max(p64(self._snapshot_tid), self._ltid)
             self._snapshot_cursor()
             last = max(p64(self._snapshot_tid), self._ltid)
-            if self._pool.bounded:
-                # Nothing else reads from it (ZODB asks the root storage).
+            if (self._pool.bounded
+                    or self._adapter.connmanager.transaction_pooler):
+                # Nothing else reads from it (ZODB asks the root storage),
+                # and it would hold a connection, or a pooler's session.
                 self._leave_snapshot()
             return last
 

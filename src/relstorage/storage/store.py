@@ -2,12 +2,16 @@
 commit's transaction on it (``_begin_store``: its BEGIN travels with the
 commit's first statement where a round trip costs), reading the latest
 committed data outside a commit, and reopening it when the database
-dropped it, where that is safe.
+dropped it, where that is safe; object ids (``new_oid``), and behind a
+transaction pooler the move of a commit onto its snapshot's connection.
 
 A mixin of ``relstorage.storage.RelStorage``, whose ``_init_instance``
 sets the attributes used here.
 """
 import logging
+
+from ZODB import POSException
+from ZODB.utils import p64
 
 from relstorage.adapters.connection import BeginningCursor
 from relstorage.storage.reconnect import retry_if_disconnected
@@ -17,6 +21,19 @@ log = logging.getLogger('relstorage.storage')
 
 
 class StoreConnectionMethods:
+
+    def new_oid(self):
+        if self._options.read_only:
+            raise POSException.ReadOnlyError()
+        self._check_open()
+        if self._adapter.connmanager.transaction_pooler:
+            with self._lock:
+                if self._snapshot_tid is not None:
+                    # In the snapshot, on its connection: not on a second
+                    # one, which would wait for a second session of the
+                    # pooler's while this one holds the first.
+                    return p64(self._oids.take(self._load_cursor))
+        return p64(self._oids.take())
 
     def _drop_store_connection(self, rollback=True):
         if self._store_conn is not None:
@@ -78,6 +95,41 @@ class StoreConnectionMethods:
             self._store_rollback_due = False
             self._adapter.connmanager.rollback(
                 self._store_conn, self._store_cursor)
+
+    def _commit_on_snapshot_connection(self, txn):
+        """Behind a transaction pooler (the connection manager's
+        ``transaction_pooler``), at the vote: the commit's
+        transaction runs on the connection of the snapshot just ended, the
+        snapshot's ROLLBACK first in the round trip of its BEGIN, where
+        nothing was sent on the store connection yet.  A pooler holds a
+        server session for a client connection inside a transaction: a
+        commit that began beside its snapshot would hold two, and when
+        every session of the pool is held by a snapshot whose commit waits
+        for a second one, all of them wait until the pooler gives up."""
+        cursor = txn.cursor
+        if (self._load_conn is None or self._snapshot_tid is not None
+                or self._adopted is not None
+                or not isinstance(cursor, BeginningCursor) or cursor.begun):
+            return
+        cm = self._adapter.connmanager
+        load_conn, load_cursor = self._load_conn, self._load_cursor
+        rollback, staged = self._rollback_due, self._load_staged
+        # The store connection (nothing sent on it for this commit; it may
+        # still hold the snapshot it had as the load connection: its
+        # ROLLBACK is due) takes the load connection's place.
+        self._load_conn, self._load_cursor = (
+            self._store_conn, self._store_cursor)
+        self._load_staged = self._store_staged
+        self._rollback_due = self._load_conn is not None
+        self._store_conn, self._store_cursor = load_conn, load_cursor
+        self._store_staged = staged
+        self._store_rollback_due = False
+        statements = cm.store_begin_statements(load_conn, load_cursor)
+        if rollback:
+            statements = ['ROLLBACK', *statements]
+        txn.conn = load_conn
+        txn.cursor = BeginningCursor(cm, load_cursor, statements,
+                                     self._reopen_unbegun)
 
     def _read_latest(self, what, read):
         """``read(cursor)`` on the committing connection; outside a commit a

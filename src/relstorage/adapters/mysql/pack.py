@@ -14,38 +14,19 @@ GET_LOCK to itself (two packs through two nodes would both run), it is the
 lease named ``pack`` instead (``PackLease``), which the cluster
 replicates.  (Only MariaDB 10.11 was at hand to test.)
 """
-import logging
-import threading
-import time
-import uuid
-
+from relstorage.adapters import lease
 from relstorage.adapters.pack import HistoryFreeMixin
 from relstorage.adapters.pack import HistoryPreservingMixin
 from relstorage.adapters.pack import Packer
 
-from relstorage.errors import PackError
 
 from .connection import ER_LOCK_DEADLOCK
 from .connection import run_batch
 from .drivers import error_number
 from .objects import in_list
 
-log = logging.getLogger(__name__)
-
-#: Seconds a pack's lease lasts unless renewed.  The pack renews it every
-#: third of that; a pack that was killed keeps others out that long.
-PACK_LEASE = 60
-
-
-class PackLease:
-    """The pack lock: the row ``pack`` of the table ``lease``, which names
-    its holder and when it expires (the server's clock), on a connection
-    of its own, in autocommit.  A thread renews it while the pack runs.
-    Call the lease to give it back; ``lost`` tells whether it expired
-    before that (the server out of reach for longer than the lease), in
-    which case another pack may have taken it."""
-
-    NAME = 'pack'
+class PackLease(lease.PackLease):
+    """The lease of a Galera cluster (see relstorage.adapters.lease)."""
 
     # Takes the row when it is free or expired, else leaves it alone.
     # MySQL assigns ON DUPLICATE KEY UPDATE's columns left to right: by the
@@ -62,94 +43,20 @@ class PackLease:
     RENEW = """
         UPDATE lease SET expires = UNIX_TIMESTAMP() + %s
         WHERE name = %s AND holder = %s"""
-    GIVE_BACK = 'DELETE FROM lease WHERE name = %s AND holder = %s'
 
-    def __init__(self, connmanager, seconds=PACK_LEASE):
-        self.connmanager = connmanager
-        self.seconds = seconds
-        self.holder = uuid.uuid4().hex
-        self.lost = False
-        self._conn = None
-        self._stop = threading.Event()
-        self._thread = None
-
-    def take(self):
-        """Take the lease; raises PackError, naming when it expires, if
-        another pack holds it."""
-        cm = self.connmanager
-        self._conn = cm.connect()
+    def _take_row(self, cursor):
         try:
-            cursor = self._conn.cursor()
-            try:
-                (((holder, remaining),),) = run_batch(
-                    cursor, f'{self.TAKE}; {self.HELD}',
-                    (self.NAME, self.holder, self.seconds, self.NAME))
-            except cm.driver.Error as e:
-                if error_number(e) != ER_LOCK_DEADLOCK:
-                    raise
-                # Taken through another node of a Galera cluster at the
-                # same moment: that one won.
-                holder, remaining = None, self.seconds
-            if holder != self.holder:
-                raise PackError(
-                    f'another pack of {cm.describe()} is running; this one '
-                    f'did nothing (the other holds the pack lease for '
-                    f'{max(0, int(remaining))}s more; one that was killed '
-                    f'holds it for at most {self.seconds}s)')
-        except BaseException:
-            cm.close(self._conn, None)
-            self._conn = None
-            raise
-        self._thread = threading.Thread(
-            target=self._renew, name='relstorage pack lease', daemon=True)
-        self._thread.start()
-        return self
+            (((holder, remaining),),) = run_batch(
+                cursor, f'{self.TAKE}; {self.HELD}',
+                (self.NAME, self.holder, self.seconds, self.NAME))
+        except self.connmanager.driver.Error as e:
+            if error_number(e) != ER_LOCK_DEADLOCK:
+                raise
+            # Taken through another node of a Galera cluster at the
+            # same moment: that one won.
+            holder, remaining = None, self.seconds
+        return holder, remaining
 
-    def _renew(self):
-        cm = self.connmanager
-        interval = self.seconds / 3
-        failing_since = None
-        while not self._stop.wait(interval):
-            try:
-                cursor = self._conn.cursor()
-                cursor.execute(self.RENEW,
-                               (self.seconds, self.NAME, self.holder))
-                renewed = cursor.rowcount == 1
-                failing_since = None
-            except cm.driver.Error as e:
-                log.warning('could not renew the pack lease: %s', e)
-                failing_since = failing_since or time.monotonic()
-                if time.monotonic() - failing_since < self.seconds - interval:
-                    self._reconnect()
-                    continue
-                renewed = False
-            if not renewed:
-                self.lost = True
-                log.error('the pack lost its lease on %s: another pack may '
-                          'run now; this one stops at its next batch',
-                          cm.describe())
-                return
-
-    def _reconnect(self):
-        cm = self.connmanager
-        try:
-            cm.close(self._conn, None)
-            self._conn = cm.connect()
-        except Exception as e:  # noqa: BLE001 (tried again at the next)
-            log.warning('could not reconnect to renew the pack lease: %s', e)
-
-    def __call__(self):
-        """Give the lease back."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        cm = self.connmanager
-        try:
-            if not self.lost:
-                self._conn.cursor().execute(self.GIVE_BACK,
-                                            (self.NAME, self.holder))
-        finally:
-            cm.close(self._conn, None)
 
 #: Rows per multi-row INSERT of references.
 _REFS_PER_INSERT = 2000

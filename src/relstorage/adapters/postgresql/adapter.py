@@ -14,6 +14,7 @@ from . import poll
 from . import transactions
 from .blobs import PostgreSQLBlobMover
 from .connection import PostgreSQLConnectionManager
+from .connection import SNAPSHOT_BEGIN_WRITABLE
 from .connection import describe_dsn
 from .drivers import select_driver
 from .oids import PostgreSQLOIDAllocator
@@ -42,14 +43,20 @@ class PostgreSQLAdapter(Adapter):
 
     capabilities = PostgreSQLCapabilities()
 
-    def __init__(self, dsn='', driver=None):
+    def __init__(self, dsn='', driver=None, transaction_pooler=None):
         given = {'dsn': dsn}
         if driver is not None:
             given['driver'] = driver
+        if transaction_pooler is not None:
+            given['transaction_pooler'] = transaction_pooler
         values = convert_section('postgresql', given)
         self._dsn = values['dsn'] or ''
         self.driver_name = values['driver']
         self.driver = select_driver(self.driver_name)
+        #: Nothing outlives a transaction in a session (PgBouncer's
+        #: transaction mode): see component.xml's transaction-pooler.
+        self.transaction_pooler = values['transaction_pooler']
+        self.driver.server_prepares = not self.transaction_pooler
         self._description = describe_dsn(self.driver, self._dsn)
 
     def _configure(self, options):
@@ -79,6 +86,13 @@ class PostgreSQLAdapter(Adapter):
             self.history = history.HistoryFreeHistory()
             self.packer = pack.HistoryFreePacker(cm)
         cm.prepared = self.mover.prepared() + self.poller.prepared()
+        if self.transaction_pooler:
+            cm.prepared = []
+            cm.staging_per_transaction = True
+            cm.transaction_pooler = True
+            self.poller.SNAPSHOT_BEGIN = SNAPSHOT_BEGIN_WRITABLE
+            self.mover.staging_per_transaction = True
+            self.packer.lease_lock = True
 
     def database_size(self):
         conn = self.connmanager.connect()

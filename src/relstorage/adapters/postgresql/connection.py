@@ -40,9 +40,20 @@ TEMP_STORE = """
     ) ON COMMIT DELETE ROWS"""
 # (Every integer column is BIGINT: binary COPY sends 8-byte integers.)
 
+#: The same for one transaction (behind a transaction pooler: the next
+#: transaction of the client connection may run in another session), made
+#: by the first statement that stages rows.
+TEMP_STORE_IN_TRANSACTION = TEMP_STORE.replace(
+    'ON COMMIT DELETE ROWS', 'ON COMMIT DROP')
+
 
 #: Starts a read snapshot (poll.py sends the poll in the same round trip).
 SNAPSHOT_BEGIN = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
+#: The same behind a transaction pooler, not read-only: object ids are
+#: reserved inside it (a sequence's nextval, which no rollback undoes),
+#: where a second connection would need a second session of the pooler's
+#: while this one holds its own.
+SNAPSHOT_BEGIN_WRITABLE = 'BEGIN ISOLATION LEVEL REPEATABLE READ'
 
 
 def describe_dsn(driver, dsn):
@@ -114,10 +125,18 @@ class PostgreSQLConnectionManager(ConnectionManager):
         self.driver.prepare(cursor, self.prepared)
         return conn, cursor
 
+    #: Behind a transaction pooler (the adapter's transaction-pooler): a
+    #: commit that stages rows makes its own staging table, not the
+    #: session (TEMP_STORE_IN_TRANSACTION).
+    staging_per_transaction = False
+
     def prepare_store(self, conn, cursor, rollback=False):
         # The staging table (with the ROLLBACK due, in one round trip:
         # psycopg 3 sends statements without parameters as one query too).
-        cursor.execute('; '.join(['ROLLBACK'] * rollback + [TEMP_STORE]))
+        statements = ['ROLLBACK'] * rollback + (
+            [] if self.staging_per_transaction else [TEMP_STORE])
+        if statements:
+            cursor.execute('; '.join(statements))
 
     def _lock_timeout_ms(self):
         # 0 would mean "wait forever" to PostgreSQL.
@@ -140,7 +159,8 @@ class PostgreSQLConnectionManager(ConnectionManager):
         self.begin_store(None, cursor)
 
     def begin_snapshot(self, conn, cursor):
-        cursor.execute(SNAPSHOT_BEGIN)
+        cursor.execute(SNAPSHOT_BEGIN_WRITABLE if self.transaction_pooler
+                       else SNAPSHOT_BEGIN)
 
     def _in_transaction(self, conn):
         # psycopg2 and psycopg 3 both report libpq's status: 0 is IDLE.

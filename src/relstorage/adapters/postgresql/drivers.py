@@ -210,6 +210,9 @@ class _Writer:
 
 class Psycopg2Driver:
     name = 'psycopg2'
+    #: Whether Prepared statements are prepared on the server (not behind
+    #: a transaction pooler: the adapter's transaction-pooler).
+    server_prepares = True
     package = 'psycopg2 (pip install psycopg2-binary, or relstorage[postgresql])'
 
     def __init__(self):
@@ -243,17 +246,21 @@ class Psycopg2Driver:
     def prepare(self, cursor, statements):
         """Prepare ``statements`` (Prepared) in the cursor's session: SQL
         PREPARE, all in one round trip."""
-        if statements:
+        if statements and self.server_prepares:
             cursor.execute('; '.join(s.prepare_sql for s in statements))
 
+    def _sql(self, statement):
+        return statement.execute_sql if self.server_prepares else (
+            statement.text)
+
     def execute_prepared(self, cursor, statement, params):
-        cursor.execute(statement.execute_sql, params)
+        cursor.execute(self._sql(statement), params)
 
     def execute_prepared_after(self, cursor, first, statement, params):
         """``first`` (statements without parameters or results), then
         ``statement``, in one round trip: psycopg2 binds on the client and
         sends both as one query.  Returns the second's rows."""
-        cursor.execute(f'{first}; {statement.execute_sql}', params)
+        cursor.execute(f'{first}; {self._sql(statement)}', params)
         return cursor.fetchall()
 
     def execute_after(self, cursor, statements, sql, params):
@@ -307,6 +314,7 @@ class Psycopg2Driver:
 
 class PsycopgDriver:
     name = 'psycopg'
+    server_prepares = True      # (see Psycopg2Driver)
     package = 'psycopg 3 (pip install "psycopg[binary]", or relstorage[postgresql])'
 
     def __init__(self):
@@ -342,7 +350,7 @@ class PsycopgDriver:
         pass
 
     def execute_prepared(self, cursor, statement, params):
-        cursor.execute(statement.text, params, prepare=True)
+        cursor.execute(statement.text, params, prepare=self.server_prepares)
 
     def _last_result(self, cursor, query, params):
         """Run ``query`` (several statements) in one round trip and return

@@ -6,8 +6,11 @@ together, which the pack reads as "no analysis" and starts again.
 References reach object_ref by binary COPY; lists of zoids travel as
 arrays, so a batch is one statement whatever its size.  The pack lock is
 a session advisory lock, which the server releases when the pack's
-session ends, however it ends.
+session ends, however it ends; behind a transaction pooler, where the
+next statement may run in another session, it is the lease named
+``pack`` (relstorage.adapters.lease).
 """
+from relstorage.adapters import lease
 from relstorage.adapters.pack import HistoryFreeMixin
 from relstorage.adapters.pack import HistoryPreservingMixin
 from relstorage.adapters.pack import Packer
@@ -20,6 +23,35 @@ PACK_LOCK = 0x5253_5041_434b
 #: A step of the walk from at least this many objects runs with hash
 #: joins (see _PostgreSQLPacker.walk_step).
 WALK_BIG_FRONTIER = 100_000
+
+
+#: The server's clock, in whole seconds since the epoch (the lease's).
+_NOW = 'EXTRACT(EPOCH FROM clock_timestamp())::BIGINT'
+
+
+class PackLease(lease.PackLease):
+    """The pack lock behind a transaction pooler (see
+    relstorage.adapters.lease)."""
+
+    # Takes the row when it is free or expired, else leaves it alone.
+    TAKE = f"""
+        INSERT INTO lease (name, holder, expires)
+        VALUES (%s, %s, {_NOW} + %s)
+        ON CONFLICT (name) DO UPDATE
+            SET holder = excluded.holder, expires = excluded.expires
+            WHERE lease.expires < {_NOW}"""
+    HELD = f'SELECT holder, expires - {_NOW} FROM lease WHERE name = %s'
+    RENEW = f"""
+        UPDATE lease SET expires = {_NOW} + %s
+        WHERE name = %s AND holder = %s"""
+
+    def _take_row(self, cursor):
+        # Two statements (psycopg 3 binds one at a time): taking the lease
+        # is once a pack.
+        cursor.execute(self.TAKE, (self.NAME, self.holder, self.seconds))
+        cursor.execute(self.HELD, (self.NAME,))
+        holder, remaining = cursor.fetchone()
+        return holder, remaining
 
 
 class _PostgreSQLPacker(Packer):
@@ -47,7 +79,14 @@ class _PostgreSQLPacker(Packer):
           AND backend_type = 'client backend'
           AND xact_start IS NOT NULL"""
 
+    #: The pack lock is a PackLease (the adapter's transaction-pooler).
+    lease_lock = False
+
     def try_lock(self, conn, cursor):
+        if self.lease_lock:
+            # Another pack's lease raises PackError, which says for how
+            # long.
+            return PackLease(self.connmanager).take()
         cursor.execute('SELECT pg_try_advisory_lock(%s)', (PACK_LOCK,))
         if not cursor.fetchone()[0]:
             return None
@@ -63,8 +102,11 @@ class _PostgreSQLPacker(Packer):
         # the CPUs the writers need.  200,000 documents, deletions after
         # the same analysis: 9.3 s instead of 13.3 and 13.5, the analysis
         # unchanged within this machine's spread (5.6-5.8 s, 4.8-5.9 with
-        # JIT).
-        cursor.execute('SET jit = off')
+        # JIT).  Behind a transaction pooler a session setting would stay
+        # with a server session of the pooler's: the database's or role's
+        # own (ALTER ROLE ... SET jit = off) serves there.
+        if not self.lease_lock:
+            cursor.execute('SET jit = off')
 
     def walk_step(self, cursor, depth, frontier=None):
         # The pack's tables have no statistics (nothing analyses them; an

@@ -40,8 +40,8 @@ class _PostgreSQLPoller(Poller):
 
     def begin_and_poll(self, connmanager, conn, cursor, after_tid,
                        end_previous=False):
-        first = f'ROLLBACK; {SNAPSHOT_BEGIN}' if end_previous else (
-            SNAPSHOT_BEGIN)
+        first = f'ROLLBACK; {self.SNAPSHOT_BEGIN}' if end_previous else (
+            self.SNAPSHOT_BEGIN)
         return split_poll(self.driver.execute_prepared_after(
             cursor, first, self._poll,
             (NO_CHANGES if after_tid is None else after_tid,)))

@@ -1,0 +1,147 @@
+"""relstorage behind PgBouncer (tests/pgbouncer.py: Debian's package, a
+private instance in front of the shared server, with fewer server
+connections in its pool than there are clients).
+
+In ``transaction`` pooling mode (the adapter's transaction-pooler) ZODB's
+conformance suites in both history modes, the multi-process invariant
+test, a pack while others write and ``zodbconvert`` run through it: the
+tests of the other modules, collected here again with ``backend``
+overridden (blobs kept in the database: test_pgbouncer_blobs.py).  In
+``session`` mode a busy threaded process with max-connections stays
+within the pool."""
+import threading
+
+import pytest
+import transaction
+from persistent.mapping import PersistentMapping
+
+from pgbouncer import Bounced
+from pgbouncer import Bouncer
+
+# The tests of other modules, run here through the bouncer (this module's
+# ``backend`` fixture), with the fixtures they need.
+from test_conformance import test_history_free  # noqa: F401
+from test_conformance import test_history_preserving  # noqa: F401
+from test_invariants import test_account_transfers  # noqa: F401
+from test_pack import test_writers_keep_committing_and_lose_nothing_during_a_pack  # noqa: F401,E501
+from test_zodbconvert import large_source  # noqa: F401
+from test_zodbconvert import test_round_trip  # noqa: F401
+
+pytestmark = pytest.mark.postgresql
+
+#: Server connections per database in the bouncers' pools.
+POOL_SIZE = 4
+
+
+def _bouncer(pool_mode):
+    from backends import PostgreSQLBackend
+    direct = PostgreSQLBackend()
+    server = direct.server()
+    direct.cleanup()
+    return Bouncer(server, pool_mode=pool_mode, pool_size=POOL_SIZE)
+
+
+@pytest.fixture(scope='module')
+def transaction_bouncer():
+    bouncer = _bouncer('transaction')
+    yield bouncer
+    bouncer.close()
+
+
+@pytest.fixture(scope='module')
+def session_bouncer():
+    bouncer = _bouncer('session')
+    yield bouncer
+    bouncer.close()
+
+
+@pytest.fixture
+def backend(transaction_bouncer):
+    """The tests collected from other modules run through the
+    transaction-mode bouncer (the conftest's ``backend``, overridden)."""
+    bounced = Bounced(transaction_bouncer)
+    yield bounced
+    bounced.cleanup()
+
+
+def _busy(db, threads=8, requests=10):
+    """Threads serving requests on ``db``, each on an object of its own;
+    returns the errors."""
+    with db.transaction() as conn:
+        for t in range(threads):
+            conn.root()[t] = PersistentMapping(n=0)
+    errors = []
+
+    def work(t):
+        try:
+            for _ in range(requests):
+                tm = transaction.TransactionManager()
+                conn = db.open(tm)
+                try:
+                    tm.begin()
+                    conn.root()[t]['n'] += 1
+                    sum(conn.root()[o]['n'] for o in range(threads))
+                    tm.commit()
+                finally:
+                    conn.close()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    workers = [threading.Thread(target=work, args=(t,))
+               for t in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    with db.transaction() as conn:
+        counts = [conn.root()[t]['n'] for t in range(threads)]
+    assert counts == [requests] * threads, errors
+    return errors
+
+
+def _watch(count):
+    """``(stop(), most)``: ``count()`` sampled every 10 ms in a thread
+    until ``stop()``, which returns the most it saw."""
+    most = [0]
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            most[0] = max(most[0], count())
+            done.wait(0.01)
+    thread = threading.Thread(target=watch)
+    thread.start()
+
+    def stop():
+        done.set()
+        thread.join(10)
+        return most[0]
+    return stop
+
+
+@pytest.mark.parametrize('mode', ['session', 'transaction'])
+@pytest.mark.parametrize('driver', ['psycopg2', 'psycopg'])
+def test_a_busy_process_stays_within_the_pool(request, mode, driver,
+                                              keep_history):
+    """Eight threads serving requests, with max-connections at the pool's
+    size: every commit lands, the server never sees more sessions than
+    the pool holds."""
+    bouncer = request.getfixturevalue(f'{mode}_bouncer')
+    bounced = Bounced(bouncer, driver)
+    database = bounced.new_database()
+    try:
+        import ZODB
+        db = ZODB.DB(bounced.open(database, keep_history=keep_history,
+                                  max_connections=POOL_SIZE,
+                                  max_connections_wait=20))
+        try:
+            stop = _watch(lambda: bounced.server_sessions(database))
+            try:
+                assert _busy(db) == []
+            finally:
+                most = stop()
+        finally:
+            db.close()
+        assert 0 < most <= POOL_SIZE
+    finally:
+        bounced.cleanup()
