@@ -49,7 +49,8 @@ def second_driver_repeats(item):
 #: The modules that take longest (seconds of test time, measured with
 #: --durations), run first: with one process per CPU and a module to a
 #: process, a long module left for last runs alone at the end.
-LONGEST_FIRST = ('test_conformance', 'test_blobs', 'test_blob_conformance',
+LONGEST_FIRST = ('test_conformance', 'test_blobs', 'test_pgbouncer',
+                 'test_blob_conformance',
                  'test_zodbconvert', 'test_pack', 'test_processes',
                  'test_storage', 'test_zodbpack', 'test_galera', 'test_cache',
                  'test_migrate', 'test_sync_standby')
