@@ -397,3 +397,51 @@ class _Nothing:
 
     def _end_idle_snapshot(self, loads=None):
         self.ended = True
+
+
+#: Behind a transaction pooler (PostgreSQL's transaction-pooler): a
+#: commit's last round trip begins no snapshot, so ZODB's poll at the end
+#: of the transaction costs one (docs/postgresql.rst, "Behind PgBouncer").
+POOLER_EXPECTED = {
+    'transaction begun and aborted, nothing changed': 2,
+    'one-object commit, its polls included': 4,
+}
+
+
+def test_round_trips_behind_a_transaction_pooler(backend, database,
+                                                 keep_history):
+    if backend.marker != 'postgresql':
+        pytest.skip('transaction-pooler is PostgreSQL\'s')
+    relay = _relay_module().Relay(backend.server()).start()
+    try:
+        adapter = backend.adapter(
+            f'{database} host=127.0.0.1 port={relay.port}',
+            transaction_pooler=True)
+        db = ZODB.DB(RelStorage(adapter, keep_history=keep_history))
+        try:
+            tm = transaction.TransactionManager()
+            conn = db.open(tm)
+            root = conn.root()
+            root['k0'] = PersistentMapping(v=0)
+            tm.commit()
+
+            def empty():
+                tm.begin()
+                root._p_activate()
+                tm.abort()
+
+            def one_object():
+                tm.begin()
+                root['k0']['v'] += 1
+                tm.commit()
+            counted = {
+                'transaction begun and aborted, nothing changed':
+                    _count(relay, empty),
+                'one-object commit, its polls included':
+                    _count(relay, one_object)}
+            conn.close()
+        finally:
+            db.close()
+    finally:
+        relay.stop()
+    assert counted == POOLER_EXPECTED
