@@ -11,11 +11,11 @@ for its instances and its object-id reservations.  An instance then
 gives its connections back whenever it is not using them: the load
 connection when its snapshot ends (a ROLLBACK that was put off travels
 with the connection, and goes with the next snapshot's start on whichever
-instance takes it), the store connection when its commit ends.  ZODB's
-poll at the end of a transaction gives it back at once: a read before the
-next poll starts a snapshot of its own (``snapshot.py``'s reads between
-polls).  A caller at the cap waits up to max-connections-wait seconds,
-then gets MaxConnectionsError.
+instance takes it), the store connection when its commit ends.  The
+snapshot of ZODB's poll at the end of a transaction keeps its connection
+until the ZODB connection is closed, or until the idle thread ends it
+unread (``relstorage.storage.idle``).  A caller at the cap waits up to
+max-connections-wait seconds, then gets MaxConnectionsError.
 
 **Why the levels.**  An instance may hold one connection (its snapshot)
 and need a second (its commit begins, or reads the latest data, before
