@@ -4,9 +4,11 @@ connections in its pool than there are clients).
 
 In ``transaction`` pooling mode (the adapter's transaction-pooler) ZODB's
 conformance suites in both history modes, the multi-process invariant
-test, a pack while others write and ``zodbconvert`` run through it: the
-tests of the other modules, collected here again with ``backend``
-overridden (blobs kept in the database: test_pgbouncer_blobs.py).  In
+test, a pack while others write, ``zodbconvert`` and a restart of the
+server under its clients (a server of the test's own, behind a bouncer
+of its own) run through it: the tests of the other modules, collected
+here again with ``backend`` and ``private`` overridden (blobs kept in the
+database: test_pgbouncer_blobs.py).  In
 ``session`` mode a busy threaded process with max-connections stays
 within the pool."""
 import threading
@@ -24,6 +26,7 @@ from test_conformance import test_history_free  # noqa: F401
 from test_conformance import test_history_preserving  # noqa: F401
 from test_invariants import test_account_transfers  # noqa: F401
 from test_pack import test_writers_keep_committing_and_lose_nothing_during_a_pack  # noqa: F401,E501
+from test_restart import test_server_restart  # noqa: F401
 from test_zodbconvert import large_source  # noqa: F401
 from test_zodbconvert import test_round_trip  # noqa: F401
 
@@ -145,3 +148,51 @@ def test_a_busy_process_stays_within_the_pool(request, mode, driver,
         assert 0 < most <= POOL_SIZE
     finally:
         bounced.cleanup()
+
+
+class BouncedPrivatePostgreSQL:
+    """A PostgreSQL server of the test's own (tests/private.py) behind a
+    PgBouncer of its own in transaction mode, with the interface of
+    test_restart.py's ``private``: the server restarts under the bouncer,
+    the bouncer stays."""
+
+    def __init__(self):
+        from private import PrivatePostgreSQL
+        self.direct = PrivatePostgreSQL()
+        server = self.direct.server
+        self.bouncer = Bouncer(('127.0.0.1', server.port),
+                               pool_mode='transaction', pool_size=POOL_SIZE)
+
+    def new_database(self):
+        direct = self.direct.new_database()
+        return self.bouncer.dsn(direct.rsplit('dbname=', 1)[1])
+
+    def zconfig(self, database, keep_history=True, **extra):
+        from backends import _zconfig
+        return _zconfig('postgresql', {'dsn': database,
+                                       'transaction-pooler': 'true'},
+                        keep_history, extra)
+
+    def open(self, database, **options):
+        from relstorage.adapters.postgresql import PostgreSQLAdapter
+        from relstorage.storage import RelStorage
+        return RelStorage(PostgreSQLAdapter(dsn=database,
+                                            transaction_pooler=True),
+                          **options)
+
+    def restart(self):
+        self.direct.restart()
+
+    def close(self):
+        try:
+            self.bouncer.close()
+        finally:
+            self.direct.close()
+
+
+@pytest.fixture
+def private():
+    """test_restart.py's server, behind the bouncer."""
+    server = BouncedPrivatePostgreSQL()
+    yield server
+    server.close()
