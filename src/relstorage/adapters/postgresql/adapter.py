@@ -88,7 +88,6 @@ class PostgreSQLAdapter(Adapter):
         cm.prepared = self.mover.prepared() + self.poller.prepared()
         if self.transaction_pooler:
             cm.prepared = []
-            cm.staging_per_transaction = True
             cm.transaction_pooler = True
             self.poller.SNAPSHOT_BEGIN = SNAPSHOT_BEGIN_WRITABLE
             self.mover.staging_per_transaction = True

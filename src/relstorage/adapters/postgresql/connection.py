@@ -125,16 +125,13 @@ class PostgreSQLConnectionManager(ConnectionManager):
         self.driver.prepare(cursor, self.prepared)
         return conn, cursor
 
-    #: Behind a transaction pooler (the adapter's transaction-pooler): a
-    #: commit that stages rows makes its own staging table, not the
-    #: session (TEMP_STORE_IN_TRANSACTION).
-    staging_per_transaction = False
-
     def prepare_store(self, conn, cursor, rollback=False):
         # The staging table (with the ROLLBACK due, in one round trip:
-        # psycopg 3 sends statements without parameters as one query too).
+        # psycopg 3 sends statements without parameters as one query too);
+        # behind a transaction pooler a commit that stages rows makes its
+        # own (TEMP_STORE_IN_TRANSACTION), not the session.
         statements = ['ROLLBACK'] * rollback + (
-            [] if self.staging_per_transaction else [TEMP_STORE])
+            [] if self.transaction_pooler else [TEMP_STORE])
         if statements:
             cursor.execute('; '.join(statements))
 
