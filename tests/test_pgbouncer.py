@@ -25,6 +25,7 @@ from pgbouncer import Bouncer
 from test_conformance import test_history_free  # noqa: F401
 from test_conformance import test_history_preserving  # noqa: F401
 from test_invariants import test_account_transfers  # noqa: F401
+from test_pack import test_the_pack_time_stays_before_other_clients_open_transactions  # noqa: F401,E501
 from test_pack import test_writers_keep_committing_and_lose_nothing_during_a_pack  # noqa: F401,E501
 from test_restart import test_server_restart  # noqa: F401
 from test_zodbconvert import large_source  # noqa: F401

@@ -90,6 +90,7 @@ class PostgreSQLAdapter(Adapter):
             cm.prepared = []
             cm.transaction_pooler = True
             self.poller.SNAPSHOT_BEGIN = SNAPSHOT_BEGIN_WRITABLE
+            self.poller.tags_sessions = True
             self.mover.staging_per_transaction = True
             self.packer.lease_lock = True
 

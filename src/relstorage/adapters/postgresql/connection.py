@@ -78,6 +78,12 @@ class PostgreSQLConnectionManager(ConnectionManager):
         #: Prepared statements of the other roles (set by the adapter),
         #: prepared in every load and store session.
         self.prepared = []
+        #: Behind a transaction pooler, id(connection) -> (server session,
+        #: start of its transaction in microseconds) of the last snapshot
+        #: begun on each connection (``note_snapshot``).  An entry whose
+        #: transaction has ended matches no session any more: the next
+        #: transaction of that server session begins later.
+        self.snapshots = {}
 
     def describe(self):
         return self._description
@@ -111,6 +117,22 @@ class PostgreSQLConnectionManager(ConnectionManager):
     def session_id(self, conn):
         # libpq knows it (both drivers' conn.info.backend_pid).
         return conn.info.backend_pid
+
+    def note_snapshot(self, conn, session, started):
+        """The snapshot of ``conn`` runs in server session ``session``
+        since ``started`` (see poll.SESSION_ROWS)."""
+        self.snapshots[id(conn)] = (session, started)
+
+    def own_snapshots(self):
+        """``(sessions, starts)``: the snapshots of this manager's
+        connections, as ``note_snapshot`` was told (copied in one step:
+        other threads add theirs meanwhile)."""
+        found = list(self.snapshots.copy().values())
+        return [s for s, _ in found], [t for _, t in found]
+
+    def close(self, conn, cursor, rollback=True):
+        self.snapshots.pop(id(conn), None)
+        super().close(conn, cursor, rollback)
 
     def open_load(self):
         conn = self.connect(read_only=True)

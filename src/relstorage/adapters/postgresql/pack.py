@@ -79,6 +79,26 @@ class _PostgreSQLPacker(Packer):
           AND backend_type = 'client backend'
           AND xact_start IS NOT NULL"""
 
+    #: The same behind a transaction pooler, where the sessions the driver
+    #: knows are the pooler's: this process's snapshots are left out by
+    #: server session and start (PostgreSQLConnectionManager.snapshots).
+    #: Its other transactions (a commit's, the pack's own) count as
+    #: others', which can only move the pack time back or make a
+    #: history-free pack wait for them.
+    OLDEST_TRANSACTION_POOLED = """
+        SELECT EXTRACT(EPOCH FROM MIN(a.xact_start))
+        FROM pg_stat_activity a
+        WHERE a.datname = current_database()
+          AND a.pid <> pg_backend_pid()
+          AND a.backend_type = 'client backend'
+          AND a.xact_start IS NOT NULL
+          AND NOT EXISTS (
+              SELECT 1 FROM unnest(%s::integer[], %s::bigint[])
+                  AS own (pid, started)
+              WHERE own.pid = a.pid
+                AND own.started =
+                    (EXTRACT(EPOCH FROM a.xact_start) * 1000000)::bigint)"""
+
     #: The pack lock is a PackLease (the adapter's transaction-pooler).
     lease_lock = False
 
@@ -127,8 +147,13 @@ class _PostgreSQLPacker(Packer):
         return count
 
     def oldest_transaction(self, cursor):
-        cursor.execute(self.OLDEST_TRANSACTION,
-                       (list(self.connmanager.sessions or ()),))
+        cm = self.connmanager
+        if cm.transaction_pooler:
+            cursor.execute(self.OLDEST_TRANSACTION_POOLED,
+                           tuple(cm.own_snapshots()))
+        else:
+            cursor.execute(self.OLDEST_TRANSACTION,
+                           (list(cm.sessions or ()),))
         started = cursor.fetchone()[0]
         return None if started is None else float(started)
 
