@@ -18,6 +18,8 @@ from relstorage.errors import ConfigurationError
 from relstorage.errors import MaxConnectionsError
 from relstorage.storage import RelStorage
 from relstorage.storage import idle
+from relstorage.storage.pool import LOAD
+from relstorage.storage.pool import STORE
 
 from test_round_trips import _relay_module
 
@@ -115,6 +117,55 @@ def test_a_commit_and_its_object_ids_get_connections_at_the_cap(
         assert root.metrics()['connection_waits'] == 0
     finally:
         instance.release()
+
+
+def _waits_until(pool, waits, seconds=5):
+    deadline = time.monotonic() + seconds
+    while pool.waits < waits and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return pool.waits
+
+
+def test_a_connection_given_back_wakes_a_waiter_that_can_go_on(
+        open_storage):
+    """Waiters at different levels: a first connection waits (first,
+    so that a single wake-up would go to it), then a commit's second.  The
+    connection given back lets the commit go on at once, though the first
+    taker woken with it still cannot."""
+    root = open_storage(max_connections=4, max_connections_wait=10)
+    pool = root._pool
+    held = [pool.take(LOAD), pool.take(LOAD)]   # first connections' level
+    store = pool.take(STORE, held=1)            # second connections' level
+    got = {}
+
+    def take(name, kind, level):
+        got[name] = pool.take(kind, level)
+    first = threading.Thread(target=take, args=('first', LOAD, 0))
+    second = threading.Thread(target=take, args=('second', STORE, 1))
+    try:
+        first.start()
+        assert _waits_until(pool, 1) == 1
+        second.start()
+        assert _waits_until(pool, 2) == 2
+        started = time.monotonic()
+        pool.give(store)
+        second.join(5)
+        assert 'second' in got, 'the commit slept through the wake-up'
+        assert time.monotonic() - started < pool.wait / 2
+        assert 'first' not in got       # still at its level's cap
+        held.append(got['second'])
+        pool.give(held.pop(0))
+        pool.give(held.pop(0))          # one busy: below its level
+        first.join(5)
+        assert 'first' in got
+        held.append(got['first'])
+        assert pool.timeouts == 0
+    finally:
+        for entry in held:
+            pool.give(entry)
+        first.join(10)
+        second.join(10)
+        pool.close_idle()
 
 
 def _busy_until(pool, busy, seconds=5):

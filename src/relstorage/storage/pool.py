@@ -29,6 +29,14 @@ object-id reservation, which holds its connection for one round trip
 without waiting for anything else, may use the last.  Whoever holds a
 connection can then always finish: max-connections is at least 3.
 
+Callers wait for different levels, so a connection given back wakes all
+of them (``notify_all``): woken alone, a first taker that still cannot go
+on would swallow the wake-up of a commit that could, and with every
+holder waiting nothing would be given back until the commit's timeout (a
+busy benchmark saw db.open fail with MaxConnectionsError after 30 s).
+What a finaliser gives back (``give(locked=False)``) wakes nobody: the
+waiters look for it at least every ``RECHECK`` seconds.
+
 Nothing here waits while holding the pool's lock, and giving a connection
 back never touches the network: ZODB calls ``release`` and ``close`` of
 an instance under its database's lock, and a server that stopped
@@ -47,6 +55,10 @@ from relstorage.storage import idle
 #: open_store).
 LOAD = 'load'
 STORE = 'store'
+
+#: The longest a waiter sleeps before it looks again for a connection
+#: given back by a finaliser (which cannot wake it).
+RECHECK = 1.0
 
 
 class Pooled:
@@ -134,7 +146,7 @@ class Connections:
                         f'were in use for {self.wait:g}s '
                         f'(max-connections-wait); raise max-connections, '
                         f'or run fewer threads per process')
-                self._cond.wait(deadline - now)
+                self._cond.wait(min(deadline - now, RECHECK))
             if deadline is not None:
                 self.wait_seconds += time.monotonic() - started
         if entry is not None:
@@ -146,7 +158,7 @@ class Connections:
         except BaseException:
             with self._cond:
                 self._open -= 1
-                self._cond.notify()
+                self._cond.notify_all()
             raise
 
     def _pick(self, kind):
@@ -191,7 +203,7 @@ class Connections:
             closed = self._closed
             if not closed:
                 self._idle.append(entry)
-                self._cond.notify()
+                self._cond.notify_all()
         if closed:
             # (An instance released after its root storage closed.)
             self._close(entry)
@@ -204,7 +216,7 @@ class Connections:
         or replaced; see IConnectionManager.close for ``rollback``)."""
         with self._cond:
             self._open -= 1
-            self._cond.notify()
+            self._cond.notify_all()
         self._cm.close(conn, cursor, rollback)
 
     def _close(self, entry):
@@ -231,7 +243,7 @@ class Connections:
             with self._cond:
                 if not self._closed:
                     self._idle.append(entry)
-                    self._cond.notify()
+                    self._cond.notify_all()
                     continue
             self._close(entry)     # the storage closed meanwhile
 
