@@ -1,10 +1,12 @@
 """The connections of a busy site: P processes of T threads, each thread
 with a ZODB connection of its own serving requests, without a bound on
-the database connections and with max-connections, in one run.
+the database connections, with max-connections and (on PostgreSQL)
+through PgBouncer in transaction mode, in one run.
 
     .venv/bin/python benchmarks/connections.py [--backends postgresql,mysql]
         [--processes 8] [--threads 8] [--requests 100]
         [--max-connections 4] [--objects 5000] [--reads 20] [--repeat 2]
+        [--pool-size 20] [--variants unbounded,bounded,pgbouncer]
 
 Per backend (history-free, a fresh database of --objects objects) and per
 variant, the processes start together; each thread serves --requests
@@ -18,6 +20,12 @@ second (over the span from the first start to the last end, the best of
 saw, and the ratio of its rate to the unbounded one's, and writes the
 figures to ``benchmarks/results/connections.json`` (``--json``).
 
+The PgBouncer variant (harness/pgbouncer.py: Debian's program, a private
+one on a free port, ``pool_mode = transaction``, ``--pool-size`` server
+sessions) runs the clients without a bound and with
+``transaction-pooler true``; the sessions counted are the bouncer's to
+the server.
+
 Every request must succeed (a MaxConnectionsError fails the run): the
 bound is a bound, not a load shedder.
 """
@@ -28,17 +36,20 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 from harness import SRC
 from harness.backends import database_for, relstorage_section
 from harness.cli import Parser
 from harness.environment import environment, finish
+from harness.pgbouncer import Bouncer, Missing
 from harness.report import heading, log, render, show, write_results
 
 sys.path.insert(0, str(SRC))
 HERE = Path(__file__).resolve().parent
 BACKENDS = ('postgresql', 'mysql')
+VARIANTS = ('unbounded', 'bounded', 'pgbouncer')
 
 
 # -- the workers (this script, run as ``worker``) -------------------------
@@ -97,6 +108,7 @@ def worker(args):
                     conn.close()
         except Exception as e:     # reported, and the run fails
             errors.append(f'{type(e).__name__}: {e}')
+            traceback.print_exc()
 
     Path(args.barrier, f'ready-{args.index}').touch()
     go = Path(args.barrier, 'go')
@@ -114,7 +126,10 @@ def worker(args):
         thread.join()
     end = time.time()
     figures = db.storage.metrics()
-    db.close()
+    try:
+        db.close()
+    except Exception as e:     # reported with the requests' errors
+        errors.append(f'closing the database: {type(e).__name__}: {e}')
     print(json.dumps({
         'start': start, 'end': end, 'requests': args.requests * args.threads,
         'errors': errors, 'connection_waits': figures['connection_waits'],
@@ -199,13 +214,62 @@ def one_run(args, database, backend, name, zconfig, owners):
             sum(r['connection_waits'] for r in results))
 
 
-def variants(args):
-    """``{label: extra <relstorage> lines}``."""
-    return {
-        'unbounded': [],
-        f'max-connections {args.max_connections}': [
-            f'max-connections {args.max_connections}'],
-    }
+def variants(args, backend, database, bouncer):
+    """``{label: (extra <relstorage> lines, the database the storages
+    connect to)}``; on PostgreSQL also through ``bouncer`` (PgBouncer in
+    transaction mode), the clients unbounded and in its mode."""
+    found = {}
+    if 'unbounded' in args.variants:
+        found['unbounded'] = ([], database)
+    if 'bounded' in args.variants:
+        found[f'max-connections {args.max_connections}'] = (
+            [f'max-connections {args.max_connections}'], database)
+    if bouncer is not None:
+        found[f'pgbouncer, pool {args.pool_size}'] = (
+            [], database.through(bouncer.port).pooled())
+    return found
+
+
+def start_bouncer(args, backend, database):
+    """A private PgBouncer in front of the PostgreSQL server (None on
+    other backends, or without the pgbouncer variant)."""
+    if backend != 'postgresql' or 'pgbouncer' not in args.variants:
+        return None
+    try:
+        return Bouncer(database.server(), 'transaction', args.pool_size)
+    except Missing as e:
+        raise SystemExit(f'{e}; or run with --variants unbounded,bounded')
+
+
+def run_backend(args, backend, database, bouncer, owners):
+    """Every variant on ``backend``, ``--repeat`` times, taking turns:
+    ``{label: (best rate, most sessions, most waits)}``."""
+    found = {}
+    name = 'bench_connections'
+    for turn in range(args.repeat):
+        for label, (lines, route) in variants(args, backend, database,
+                                              bouncer).items():
+            database.create(name)
+            try:
+                zconfig = ('%import relstorage\n<zodb>\n'
+                           + relstorage_section(route, 'ours', name, False,
+                                                lines)
+                           + '</zodb>\n')
+                populate(zconfig, args.objects, owners)
+                log(f'{backend}, {label}, run {turn + 1}')
+                rate, most, waits = one_run(
+                    args, database, backend, name, zconfig, owners)
+            finally:
+                database.drop(name)
+            log(f'  {rate:.0f} requests/s, at most {most} sessions, '
+                f'{waits} waits at the bound')
+            best = found.get(label)
+            if best is None or rate > best[0]:
+                found[label] = (rate, most, waits)
+            else:
+                found[label] = (best[0], max(best[1], most),
+                                max(best[2], waits))
+    return found
 
 
 def main(argv=None):
@@ -230,6 +294,12 @@ def main(argv=None):
                         help='objects read per request')
     parser.add_argument('--objects', type=int, default=5000)
     parser.add_argument('--max-connections', type=int, default=4)
+    parser.add_argument('--pool-size', type=int, default=20,
+                        help="PgBouncer's default_pool_size (default 20, "
+                        "PgBouncer's own default)")
+    parser.choice('variants', VARIANTS, help='comma-separated: '
+                  'unbounded, bounded (max-connections), pgbouncer '
+                  '(PostgreSQL only)')
     parser.repeat(2)
     parser.servers()
     parser.results('connections.json', keep_data=False)
@@ -240,44 +310,33 @@ def main(argv=None):
     env = environment(servers, processes=args.processes,
                       threads=args.threads, requests=args.requests,
                       reads=args.reads, objects=args.objects,
-                      max_connections=args.max_connections)
+                      max_connections=args.max_connections,
+                      variants=args.variants,
+                      pgbouncer_pool_size=(args.pool_size
+                                           if 'pgbouncer' in args.variants
+                                           else None))
     owners = [f'{p}-{t}' for p in range(args.processes)
               for t in range(args.threads)]
     table = []
     document = {'environment': env, 'results': {}}
     for backend in args.backends:
         database = database_for(backend, args)
-        found = {}
-        for turn in range(args.repeat):
-            for label, lines in variants(args).items():
-                name = 'bench_connections'
-                database.create(name)
-                try:
-                    zconfig = ('%import relstorage\n<zodb>\n'
-                               + relstorage_section(database, 'ours', name,
-                                                    False, lines)
-                               + '</zodb>\n')
-                    populate(zconfig, args.objects, owners)
-                    log(f'{backend}, {label}, run {turn + 1}')
-                    rate, most, waits = one_run(
-                        args, database, backend, name, zconfig, owners)
-                finally:
-                    database.drop(name)
-                log(f'  {rate:.0f} requests/s, at most {most} sessions, '
-                    f'{waits} waits at the bound')
-                best = found.get(label)
-                if best is None or rate > best[0]:
-                    found[label] = (rate, most, waits)
-                else:
-                    found[label] = (best[0], max(best[1], most),
-                                    max(best[2], waits))
-        base = found['unbounded'][0]
+        bouncer = start_bouncer(args, backend, database)
+        try:
+            found = run_backend(args, backend, database, bouncer, owners)
+        finally:
+            if bouncer is not None:
+                bouncer.close()
+
+        base = found.get('unbounded', (None,))[0]
         for label, (rate, most, waits) in found.items():
+            ratio = rate / base if base else None
             table.append((backend, label, f'{rate:.0f}', str(most),
-                          str(waits), f'{rate / base:.2f}'))
+                          str(waits),
+                          '-' if ratio is None else f'{ratio:.2f}'))
             document['results'].setdefault(backend, {})[label] = {
                 'rate': rate, 'most_sessions': most, 'waits': waits,
-                'ratio': rate / base}
+                'ratio': ratio}
     lines = heading(finish(env)) + [
         f'{args.processes} processes x {args.threads} threads, '
         f'{args.requests} requests each ({args.reads} reads, 1 write), '

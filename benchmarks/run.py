@@ -47,14 +47,17 @@ OTHERS = run_report.OTHERS
 
 class Contender(Side):
     """A side of run.py: its workload.py, how to get a fresh storage, and
-    whether several processes can share one of its storages."""
+    whether several processes can share one of its storages.  ``key``
+    names its figures in a cell of results (default: its implementation;
+    pooler.py compares two configurations of ours)."""
 
     def __init__(self, impl, backend, fresh, processes=True,
-                 relay_control=None):
-        super().__init__(impl, backend, WORKLOAD)
+                 relay_control=None, key=None, label=None):
+        super().__init__(impl, backend, WORKLOAD, label=label)
         self.fresh = fresh
         self.processes = processes
         self.relay_control = relay_control
+        self.key = key or impl
 
 
 def run_workers(side, commands, timeout=1800):
@@ -133,18 +136,18 @@ class Measurement:
         self.sides, self.where, self.args = sides, where, args
         self.cell = {'load_average': [os.getloadavg()[0]]}
         for side in sides:
-            self.cell[side.impl] = {'writes': [], 'reads': [],
+            self.cell[side.key] = {'writes': [], 'reads': [],
                                     'prefetch': [], 'single': [],
                                     'random': [], 'random_prefetch': [],
                                     'errors': {}}
         self.stores = {}
-        self.oids = {side.impl: DATA / f'oids-{side.impl}.json'
+        self.oids = {side.key: DATA / f'oids-{side.key}.json'
                      for side in sides}
 
     def attempt(self, side, phase, what, function):
         """Run one phase of one side unless that side failed its writes
         or an earlier run of this phase; record a failure."""
-        entry = self.cell[side.impl]
+        entry = self.cell[side.key]
         if 'write' in entry['errors'] or phase in entry['errors']:
             return
         log(f'{self.where}: {side.label}: {what}')
@@ -164,15 +167,15 @@ class Measurement:
         """A write run on a fresh storage; the later phases read the
         storage of the last one."""
         args = self.args
-        if side.impl in self.stores:
-            self.stores.pop(side.impl).close()
-        self.stores[side.impl] = store = side.fresh()
+        if side.key in self.stores:
+            self.stores.pop(side.key).close()
+        self.stores[side.key] = store = side.fresh()
         entry['writes'].append(side.run(
             'write', '--zconfig', store.zconfig, '--objects', args.objects,
             '--latency-commits', args.latency_commits,
             '--threads', args.threads,
             '--conflict-commits', args.conflict_commits,
-            '--oids', self.oids[side.impl]))
+            '--oids', self.oids[side.key]))
         entry['info'] = entry['writes'][-1]['info']
         failed = entry['writes'][-1]['phases'].get('conflicts', {}).get(
             'error')
@@ -181,20 +184,20 @@ class Measurement:
 
     def read(self, side, entry):
         entry['reads'].append(side.run(
-            'read', '--zconfig', self.stores[side.impl].zconfig,
+            'read', '--zconfig', self.stores[side.key].zconfig,
             '--objects', self.args.objects,
             '--hot-repeat', self.args.hot_repeat))
 
     def by_oid(self, command, key):
         def run(side, entry):
             entry[key].append(side.run(
-                command, '--zconfig', self.stores[side.impl].zconfig,
-                '--oids', self.oids[side.impl]))
+                command, '--zconfig', self.stores[side.key].zconfig,
+                '--oids', self.oids[side.key]))
         return run
 
     def concurrent(self, side, entry):
         entry['mp'] = several_processes(
-            side, self.stores[side.impl].zconfig, self.args)
+            side, self.stores[side.key].zconfig, self.args)
 
     def random_read(self, prefetch):
         """A fresh process reading a random 5 % by key; the seed is the
@@ -202,17 +205,17 @@ class Measurement:
         key = 'random_prefetch' if prefetch else 'random'
 
         def run(side, entry):
-            extra = ('--prefetch', '--oids', self.oids[side.impl]) if (
+            extra = ('--prefetch', '--oids', self.oids[side.key]) if (
                 prefetch) else ()
             entry[key].append(side.run(
-                'random-read', '--zconfig', self.stores[side.impl].zconfig,
+                'random-read', '--zconfig', self.stores[side.key].zconfig,
                 '--objects', self.args.objects,
                 '--seed', 1000 + len(entry[key]), *extra))
         return run
 
     def mixed(self, side, entry):
         entry['mixed'] = mixed_processes(
-            side, self.stores[side.impl].zconfig, self.args)
+            side, self.stores[side.key].zconfig, self.args)
 
     def run(self):
         args = self.args
@@ -247,7 +250,7 @@ class Measurement:
                 store.close(keep=args.keep_data)
         self.cell['load_average'].append(os.getloadavg()[0])
         for side in self.sides:
-            entry = self.cell[side.impl]
+            entry = self.cell[side.key]
             if entry['writes']:
                 entry['metrics'] = summarize(entry)
             if side.relay_control:

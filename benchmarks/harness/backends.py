@@ -37,8 +37,11 @@ class PostgreSQL:
                              "interpreter: pip install -e '.[test]'")
         self.psycopg2 = psycopg2
         self.base = dsn
-        #: The relay's port the storages connect to (None: the server).
+        #: The relay's (or PgBouncer's) port the storages connect to (None:
+        #: the server).
         self.client_port = None
+        #: Whether our storages run with ``transaction-pooler true``.
+        self.transaction_pooler = False
 
     def dsn(self, dbname):
         return f'{self.base} dbname={dbname}'
@@ -62,6 +65,13 @@ class PostgreSQL:
         routed = copy.copy(self)
         routed.client_port = port
         return routed
+
+    def pooled(self):
+        """A copy whose storages of ours run in the mode for a transaction
+        pooler (``transaction-pooler true``); RelStorage 4.3 has none."""
+        pooled = copy.copy(self)
+        pooled.transaction_pooler = True
+        return pooled
 
     def client_dsn(self, dbname):
         """What the storages and the floor connect with: the dsn, its host
@@ -160,8 +170,10 @@ class PostgreSQL:
 
     def adapter(self, impl, name):
         """The ``<postgresql>`` section of either implementation."""
+        pooler = ('    transaction-pooler true\n'
+                  if self.transaction_pooler and impl == 'ours' else '')
         return (f'  <postgresql>\n    dsn {self.client_dsn(name)}\n'
-                f'    driver psycopg2\n  </postgresql>')
+                f'    driver psycopg2\n{pooler}  </postgresql>')
 
     def floor_args(self, name):
         return ['--dsn', self.client_dsn(name)]
@@ -509,8 +521,11 @@ class Store:
         self._remove = None
 
 
-def fresh_relstorage(database, impl, mode):
-    name = f'bench_{impl}_{mode}'
+def fresh_relstorage(database, impl, mode, variant=None):
+    """A fresh database of ``impl`` in ``mode`` (``variant``, when given,
+    names it instead of ``impl``: two configurations of ours side by
+    side)."""
+    name = f'bench_{variant or impl}_{mode}'
     database.create(name)
     return Store(relstorage_zconfig(database, impl, name, MODES[mode][1]),
                  lambda: database.drop(name))
