@@ -242,6 +242,39 @@ def test_check_refs_only(config):
     assert '1 broken references' in result.stderr
 
 
+def test_a_revision_whose_references_cannot_be_read(config):
+    """Packed and checked as an administrator does: the pack succeeds
+    without removing garbage and names the revision; the check names it
+    and fails."""
+    path = config()
+    dropped = _fill(path, 10)
+    storage = _open(path)
+    try:
+        data, serial = storage.load(p64(0))
+        txn = transaction.Transaction()
+        storage.tpc_begin(txn)
+        storage.store(p64(0), serial, data[:-7], '', txn)   # truncated
+        storage.tpc_vote(txn)
+        tid = u64(storage.tpc_finish(txn))
+    finally:
+        storage.close()
+    result = run('--check-refs-only', path)
+    assert result.returncode == 1
+    assert (f'oid 0x{0:016x} at tid 0x{tid:016x}: references cannot be '
+            f'read') in result.stdout
+    assert '1 revisions whose references cannot be read' in result.stderr
+    result = run('-d', '-1', path)
+    assert result.returncode == 0, result.stderr
+    assert f'the references of oid 0x0 at tid 0x{tid:x}' in result.stderr
+    assert 'garbage collection skipped' in result.stderr
+    storage = _open(path)
+    try:
+        for oid in dropped:
+            storage.load(p64(oid))      # garbage, kept
+    finally:
+        storage.close()
+
+
 def test_vacuum(config):
     path = config()
     _fill(path, 10)

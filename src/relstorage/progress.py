@@ -106,5 +106,9 @@ class Progress:
     def note(self, message, *args):
         self.log.info(f'{self.name}: ' + message, *args)
 
+    def warn(self, message, *args):
+        """A note the user must see (logged as a warning)."""
+        self.log.warning(f'{self.name}: ' + message, *args)
+
     def stop_requested(self):
         return False

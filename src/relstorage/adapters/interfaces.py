@@ -540,6 +540,16 @@ class IPacker(Interface):
         """Forget the references of ``zoids`` (history-free: their
         revision was replaced)."""
 
+    def add_unreadable(cursor, rows):
+        """Record revisions ``(zoid, tid, reason)`` whose references could
+        not be read (relstorage.pack.references)."""
+
+    def unreadable(cursor, pack_tid=None):
+        """``[(zoid, tid, reason)]``: the stored revisions whose references
+        could not be read and that a pack to ``pack_tid`` (None: now)
+        needs, not replaced by then; such a pack removes no garbage while
+        there is one."""
+
     # -- one pack's analysis (pack_run, pack_object, pack_reached) --
 
     def run(cursor):
@@ -574,6 +584,9 @@ class IPacker(Interface):
 
     def rescue(cursor, zoids, depth):
         """Mark reached the objects of ``zoids`` that were not."""
+
+    def stop_gc(cursor):
+        """The pack in pack_run removes no more garbage from now on."""
 
     def done(cursor, run):
         """After the analysis tables are emptied, record ``run`` as a pack

@@ -274,6 +274,33 @@ class Packer:
         ORDER BY r.zoid, r.to_zoid
         LIMIT ?"""
 
+    # Revisions whose references could not be read (step 0006): while one
+    # is still stored, a pack removes no garbage.  (zoid, tid), then
+    # (zoid, tid, reason)
+    ADD_UNREADABLE = (
+        'DELETE FROM pack_unreadable WHERE zoid = ? AND tid = ?',
+        'INSERT INTO pack_unreadable (zoid, tid, reason) VALUES (?, ?, ?)',
+    )
+    # Those whose revision is gone (replaced, packed away): a small table,
+    # so the sub-query costs nothing.
+    FORGET_UNREADABLE = """
+        DELETE FROM pack_unreadable
+        WHERE NOT EXISTS (
+            SELECT 1 FROM object_state o
+            WHERE o.zoid = pack_unreadable.zoid
+              AND o.tid = pack_unreadable.tid)"""
+    # Those a pack to a tid needs the references of: not replaced by a
+    # newer revision up to it (which leaves them old revisions, removed).
+    # (pack_tid,)
+    UNREADABLE = """
+        SELECT u.zoid, u.tid, u.reason
+        FROM pack_unreadable u
+        WHERE NOT EXISTS (
+            SELECT 1 FROM object_state o
+            WHERE o.zoid = u.zoid AND o.tid > u.tid AND o.tid <= ?)
+        ORDER BY u.zoid, u.tid"""
+    STOP_GC = 'UPDATE pack_run SET gc = ? WHERE id = 0'
+
     keep_history = None           # set by the history-mode mixins
 
     def __init__(self, connmanager):
@@ -377,6 +404,23 @@ class Packer:
         if refs:
             cursor.executemany(self._sql(self.ADD_REF), refs)
 
+    def add_unreadable(self, cursor, rows):
+        """Record revisions ``(zoid, tid, reason)`` whose references could
+        not be read."""
+        delete, insert = self.ADD_UNREADABLE
+        for zoid, tid, reason in rows:
+            self._run(cursor, delete, (zoid, tid))
+            self._run(cursor, insert, (zoid, tid, reason))
+
+    def unreadable(self, cursor, pack_tid=None):
+        """``[(zoid, tid, reason)]``: the revisions whose references could
+        not be read that a pack to ``pack_tid`` (None: to now) needs; the
+        rows of those no longer stored are dropped."""
+        self._run(cursor, self.FORGET_UNREADABLE)
+        return [tuple(row) for row in self._run(
+            cursor, self.UNREADABLE,
+            ((1 << 63) - 1 if pack_tid is None else pack_tid,)).fetchall()]
+
     # -- one pack's analysis ---------------------------------------------
 
     def run(self, cursor):
@@ -389,6 +433,11 @@ class Packer:
 
     def start_run(self, cursor, pack_tid, gc, refs_tid):
         self._run(cursor, self.START_RUN, (FORMAT, pack_tid, gc, refs_tid))
+
+    def stop_gc(self, cursor):
+        """The pack in progress removes no more garbage (a revision whose
+        references cannot be read was committed meanwhile)."""
+        self._run(cursor, self.STOP_GC, (False,))
 
     def update_run(self, cursor, phase, upto):
         self._run(cursor, self.UPDATE_RUN, (phase, upto))

@@ -25,10 +25,11 @@ from zope.interface import implementer
 #: The version this code reads and writes.
 SCHEMA_VERSION = migrations.LATEST
 
-#: The tables of packing (step 0003-pack) and the leases (step 0004-lease:
-#: the pack lock on MySQL), in every database.
+#: The tables of packing (step 0003-pack), the leases (step 0004-lease:
+#: the pack lock on MySQL) and the revisions a pack could not read (step
+#: 0006-unreadable), in every database.
 PACK_TABLES = ('object_ref', 'pack_state', 'pack_run', 'pack_object',
-               'pack_reached', 'lease')
+               'pack_reached', 'lease', 'pack_unreadable')
 
 
 def sql_statements(path):

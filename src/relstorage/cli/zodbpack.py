@@ -148,12 +148,20 @@ def _one(config, args, log, progress):
 
 
 def _check(storage, name, log, progress):
-    broken = check_refs(storage, referencesf, progress)
+    broken, unreadable = check_refs(storage, referencesf, progress)
+    for zoid, tid, reason in unreadable:
+        print(f'oid 0x{zoid:016x} at tid 0x{tid:016x}: references cannot '
+              f'be read ({reason})')
     for zoid, to_zoid in broken:
         print(f'oid 0x{zoid:016x} refers to missing oid 0x{to_zoid:016x}')
+    if unreadable:
+        log.error('%s: %d revisions whose references cannot be read (a pack '
+                  'removes no garbage while they are stored; references '
+                  'not checked)', name, len(unreadable))
     if broken:
         log.error('%s: %d broken references (up to 1000 listed)', name,
                   len(broken))
+    if broken or unreadable:
         return FAILED
     log.info('%s: no reachable object refers to a missing one', name)
     return OK

@@ -8,12 +8,12 @@ import queue
 import threading
 import time
 
-from ZODB.utils import u64
-
 from relstorage.adapters.pack import ALL
 from relstorage.adapters.pack import FORMAT
 from relstorage.adapters.pack import RefsState
 from relstorage.errors import PackError
+from relstorage.pack.references import Unreadable
+from relstorage.pack.references import record_references
 from relstorage.tids import tid_for_time
 from relstorage.tids import tid_text
 
@@ -27,6 +27,10 @@ PAGE = 2000
 SCAN_SINCE_ROWS = 5 * PAGE
 SCAN_SINCE_SHARE = 100
 
+
+#: Revisions whose references cannot be read named one by one in the log
+#: (the others are counted).
+NAMED_UNREADABLE = 20
 
 #: How _Pages reads a page: current revisions written after a (tid, zoid)
 #: and up to a tid, in key order after a zoid (a first analysis, or many
@@ -163,17 +167,53 @@ class AnalysisSteps:
         packer.set_refs_state(cursor, state)
         return len(rows)
 
+    #: Whether this pack met a revision whose references it could not read.
+    unreadable_met = False
+
     def _record_refs(self, rows):
         """Store the references of the revisions ``rows`` (zoid, tid,
-        state); returns them as (zoid, tid, to_zoid)."""
+        state); returns them as (zoid, tid, to_zoid).  A revision whose
+        references cannot be read (relstorage.pack.references) is
+        recorded in pack_unreadable instead, and stops nothing."""
         referencesf = self.referencesf
-        refs = []
+        refs, unreadable = [], []
         for zoid, tid, data in rows:
-            if data:
-                refs.extend((zoid, tid, to) for to in
-                            {u64(ref) for ref in referencesf(data)})
+            if not data:
+                continue
+            try:
+                found = record_references(data, referencesf)
+            except Unreadable as e:
+                unreadable.append((zoid, tid, str(e)))
+                continue
+            refs.extend((zoid, tid, to) for to in found)
         self.packer.add_refs(self.cursor, refs)
+        if unreadable:
+            self.unreadable_met = True
+            self.packer.add_unreadable(self.cursor, unreadable)
         return refs
+
+    def gc_blocked(self, pack_tid):
+        """Whether the references of a revision a pack to ``pack_tid``
+        needs could not be read (by this pack or an earlier one): then no
+        garbage may be removed, for what that revision refers to is
+        unknown.  Names the revisions in the log."""
+        rows = self.write(
+            lambda: self.packer.unreadable(self.cursor, pack_tid))
+        if not rows:
+            return False
+        for zoid, tid, reason in rows[:NAMED_UNREADABLE]:
+            self.progress.warn('the references of oid 0x%x at tid 0x%x (%s) '
+                               'cannot be read (%s)', zoid, tid,
+                               tid_text(tid), reason)
+        if len(rows) > NAMED_UNREADABLE:
+            self.progress.warn('and of %d more revisions',
+                               len(rows) - NAMED_UNREADABLE)
+        self.progress.warn(
+            'garbage collection skipped: nothing is removed as unreachable '
+            'while a revision whose references are unknown is stored%s',
+            '; old revisions are still removed' if self.packer.keep_history
+            else '')
+        return True
 
     def _analyse_kept(self, pack_tid):
         """Record the references of kept revisions that are no longer
@@ -264,6 +304,8 @@ class AnalysisSteps:
             progress.note('nothing was committed before the pack time')
             self.write(lambda: packer.clear_run(cursor))
             return None
+        if gc and self.gc_blocked(pack_tid):
+            gc = False
         refs_tid = analysed or 0
         progress.note('analysing the database as of %s%s',
                       tid_text(pack_tid), '' if gc else ' (pack-gc false: no reachability)')
@@ -285,6 +327,10 @@ class AnalysisSteps:
                       f'{tid_text(since)} as it left them)')
         if gc:
             self._analyse_kept(pack_tid)
+            if self.unreadable_met and self.gc_blocked(pack_tid):
+                gc = False
+                self.write(lambda: packer.stop_gc(cursor))
+        if gc:
             progress.phase('objects reached from the root', objects)
             seeded = self.write(lambda: packer.seed(cursor, pack_tid))
             progress.add(seeded)

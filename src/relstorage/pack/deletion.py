@@ -77,12 +77,14 @@ class DeletionSteps:
         self._wait_for_older_transactions(run)
         if run.gc:
             self.catch_up(run)
+            self._stop_gc_if_blocked(run)
         self.write(lambda: packer.mark_packed(cursor, run.pack_tid))
         pacer = _Pacer(options, self._last_tid)
         # Whether this pack removes all it should from its analysis on: a
         # later pack may then build on it (Packer.base).  Not after an
         # earlier process removed part (it may have skipped objects).
         whole = run.phase == run.ANALYSED and run.upto == -1
+        gc = run.gc
         if run.phase == run.ANALYSED:
             if run.counts and run.upto == -1:
                 total = sum(run.counts)
@@ -96,7 +98,8 @@ class DeletionSteps:
                 lambda rows: packer.delete_doomed(cursor, rows,
                                                   run.pack_tid),
                 total)
-            whole = whole and not skipped
+            # (Not whole either when garbage collection stopped part way.)
+            whole = whole and not skipped and run.gc == gc
             run.phase, run.upto = run.DELETED, -1
             self.write(lambda: packer.update_run(cursor, run.phase, -1))
 
@@ -107,6 +110,15 @@ class DeletionSteps:
                 packer.done(cursor, run)
         self.write(finish)
         self.progress.note('pack to %s done', tid_text(run.pack_tid))
+
+    def _stop_gc_if_blocked(self, run):
+        """After a catch-up that met a revision whose references cannot
+        be read (committed since the analysis): no more garbage goes, as
+        what it refers to cannot be rescued; the rest of the pass removes
+        old revisions only."""
+        if run.gc and self.unreadable_met and self.gc_blocked(run.pack_tid):
+            run.gc = False
+            self.write(lambda: self.packer.stop_gc(self.cursor))
 
     def _batches(self, run, pacer, what, fetch, apply, total):
         """Fetch and apply batches of rows (their first item a zoid, in
@@ -124,6 +136,7 @@ class DeletionSteps:
                 if run.gc and started - caught_up >= CATCH_UP_EVERY:
                     caught_up = started
                     self.catch_up(run, show=False)
+                    self._stop_gc_if_blocked(run)
                 rows = self.read(lambda: fetch(run.upto, pacer.size))
                 if not rows:
                     return skipped

@@ -65,16 +65,22 @@ def _pack(storage, t, referencesf, gc, prepack_only, skip_prepack,
 
 
 def check_refs(storage, referencesf, progress=None, limit=1000):
-    """Analyse as for a pack to the last transaction (deleting nothing)
-    and return up to ``limit`` ``(zoid, to_zoid)`` references of reachable
-    objects to objects that do not exist (or are deleted)."""
+    """Analyse as for a pack to the last transaction (deleting nothing).
+    Returns ``(broken, unreadable)``: up to ``limit`` ``(zoid, to_zoid)``
+    references of reachable objects to objects that do not exist (or are
+    deleted), and the ``(zoid, tid, reason)`` of the stored revisions
+    whose references cannot be read (then nothing is walked, and
+    ``broken`` is empty)."""
     progress = progress or Progress()
+    packer = storage._adapter.packer
     with _Session(storage, referencesf, progress) as session:
         run = session.analyse(None, True)
-        if run is None:
-            return []
-        return session.read(lambda: storage._adapter.packer.broken_refs(
-            session.cursor, limit))
+        unreadable = session.write(lambda: packer.unreadable(
+            session.cursor, None if run is None else run.pack_tid))
+        if run is None or not run.gc:
+            return [], unreadable
+        return list(session.read(lambda: packer.broken_refs(
+            session.cursor, limit))), unreadable
 
 
 class _Session(AnalysisSteps, DeletionSteps):
