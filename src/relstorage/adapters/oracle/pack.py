@@ -140,6 +140,9 @@ class _OraclePacker(Packer):
         self._run(cursor, self.START_RUN,
                   (FORMAT, pack_tid, int(bool(gc)), refs_tid))
 
+    def stop_gc(self, cursor):
+        self._run(cursor, self.STOP_GC, (0,))
+
     def done(self, cursor, run):
         self._run(cursor, self.DONE_RUN, (FORMAT, run.pack_tid,
                                           int(bool(run.gc)), run.refs_tid,
