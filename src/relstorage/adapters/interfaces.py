@@ -585,6 +585,15 @@ class IPacker(Interface):
     def rescue(cursor, zoids, depth):
         """Mark reached the objects of ``zoids`` that were not."""
 
+    counts_waiters = Attribute(
+        "Whether ``waiters`` tells how many sessions wait for the pack.")
+
+    def waiters(cursor):
+        """How many other sessions wait for a lock this session's
+        transaction holds (None: the database cannot tell); asked at the
+        end of each deletion batch, inside its transaction, without
+        failing it."""
+
     def stop_gc(cursor):
         """The pack in pack_run removes no more garbage from now on."""
 

@@ -345,6 +345,17 @@ class Packer:
         """Session settings of the pack's own connection (after
         ``try_lock``); none by default."""
 
+    #: Whether ``waiters`` can tell (else it says None).
+    counts_waiters = False
+
+    def waiters(self, cursor):
+        """How many other sessions wait for a lock this session's
+        transaction holds, or None where the database cannot tell (the
+        pack's throttle then goes by commits, relstorage.pack.throttle).
+        Asked at the end of each deletion batch, inside its transaction;
+        it must not fail that transaction."""
+        return None
+
     def oldest_transaction(self, cursor):
         """The start (seconds since the epoch, the server's clock) of the
         oldest transaction still open in a session of this database that

@@ -79,7 +79,7 @@ class DeletionSteps:
             self.catch_up(run)
             self._stop_gc_if_blocked(run)
         self.write(lambda: packer.mark_packed(cursor, run.pack_tid))
-        pacer = _Pacer(options, self._last_tid)
+        pacer = _Pacer(options, self._last_tid, packer.counts_waiters)
         # Whether this pack removes all it should from its analysis on: a
         # later pack may then build on it (Packer.base).  Not after an
         # earlier process removed part (it may have skipped objects).
@@ -142,14 +142,19 @@ class DeletionSteps:
                     return skipped
                 upto = rows[-1][0]
 
+                waiting = [None]
+
                 def batch(rows=rows, upto=upto):
                     applied = apply(rows)
                     packer.update_run(cursor, run.phase, upto)
+                    # Before the COMMIT: a client held up by this batch
+                    # still waits for its locks.
+                    waiting[0] = packer.waiters(cursor)
                     return applied
                 skipped += len(rows) - self._write_again(batch)
                 run.upto = upto
                 progress.add(len(rows))
-                pacer.pause(started)
+                pacer.pause(started, waiting[0])
         finally:
             progress.end_phase()
             pacer.report(progress)
@@ -174,7 +179,8 @@ class DeletionSteps:
         per transaction.  A blob's chunks belong to one revision, and
         uncommitted ones are invisible here."""
         blobs, cursor = self.adapter.blobs, self.cursor
-        pacer = _Pacer(self.options, self._last_tid)
+        pacer = _Pacer(self.options, self._last_tid,
+                       self.packer.counts_waiters)
         removed = 0
         after = -1
         while True:
@@ -185,10 +191,13 @@ class DeletionSteps:
                 break
             after = blob_ids[-1]
             started = time.monotonic()
-            self.write(
-                functools.partial(blobs.delete_chunks, cursor, blob_ids))
+
+            def delete(blob_ids=blob_ids):
+                blobs.delete_chunks(cursor, blob_ids)
+                return self.packer.waiters(cursor)
+            waiting = self.write(delete)
             removed += len(blob_ids)
-            pacer.pause(started)
+            pacer.pause(started, waiting)
         if removed:
             self.progress.note('the data of %d blobs removed', removed)
             pacer.report(self.progress)

@@ -146,6 +146,20 @@ class _PostgreSQLPacker(Packer):
             cursor.execute('SET LOCAL enable_nestloop = on')
         return count
 
+    #: Sessions waiting for a lock this session's transaction holds (row
+    #: locks included: a row's waiter waits for its transaction's lock).
+    #: No privilege needed.
+    WAITERS = """
+        SELECT COUNT(*) FROM pg_stat_activity
+        WHERE datname = current_database()
+          AND pid <> pg_backend_pid()
+          AND pg_backend_pid() = ANY(pg_blocking_pids(pid))"""
+    counts_waiters = True
+
+    def waiters(self, cursor):
+        cursor.execute(self.WAITERS)
+        return int(cursor.fetchone()[0])
+
     def oldest_transaction(self, cursor):
         cm = self.connmanager
         if cm.transaction_pooler:

@@ -1,0 +1,220 @@
+"""The pack's throttle pauses only when a client was held up by a batch
+(relstorage.pack.throttle): measured by the database where it can tell
+(PostgreSQL, MariaDB: sessions waiting for the batch's locks at its end),
+by commits during the batch where it cannot (SQLite)."""
+import threading
+import time
+import types
+
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.serialize import referencesf
+from ZODB.utils import u64
+
+from relstorage.pack import throttle as pack_throttle
+from relstorage.progress import Progress
+
+from backends import query
+
+
+class _Options:
+    pack_batch_timeout = 1.0
+    pack_duty_cycle = 0.5
+    pack_max_delay = 3.0
+
+
+class _Notes(Progress):
+    def __init__(self):
+        super().__init__()
+        self.notes = []
+
+    def note(self, message, *args):
+        super().note(message, *args)
+        self.notes.append(message % args)
+
+
+def _fake_time(monkeypatch):
+    clock = [100.0]
+    slept = []
+    monkeypatch.setattr(pack_throttle, 'time', types.SimpleNamespace(
+        monotonic=lambda: clock[0], sleep=slept.append))
+    return clock, slept
+
+
+def test_where_waits_are_known_only_a_batch_someone_waited_for_pauses(
+        monkeypatch):
+    clock, slept = _fake_time(monkeypatch)
+    asked = []
+    pacer = pack_throttle.Pacer(_Options(), lambda: asked.append(1) or 7,
+                                waits_known=True)
+
+    def batch(seconds, waiters):
+        started = clock[0]
+        clock[0] += seconds
+        pacer.pause(started, waiters)
+
+    batch(0.5, 0)           # others may have committed: nobody waited
+    batch(0.4, 2)           # two sessions waited: as long as the batch
+    batch(10.0, 1)          # at most pack-max-delay
+    batch(0.3, 0)
+    assert slept == [pytest.approx(0.4), 3.0]
+    assert asked == []      # no round trip for the last tid
+    notes = _Notes()
+    pacer.report(notes)
+    assert notes.notes == ['2 of 4 batches followed by a pause while other '
+                           'clients waited for them, 3.4s in all '
+                           '(pack-duty-cycle 0.5)']
+
+
+def test_a_duty_cycle_of_one_never_pauses(monkeypatch):
+    clock, slept = _fake_time(monkeypatch)
+    options = _Options()
+    options.pack_duty_cycle = 1.0
+    pacer = pack_throttle.Pacer(options, pytest.fail, waits_known=True)
+    pacer.pause(clock[0] - 1, 5)
+    assert slept == []
+
+
+# -- on a database ---------------------------------------------------------
+
+def _waiting_for_locks(storage, backend):
+    """How many sessions of the database wait for a lock now.  (MariaDB:
+    its UPDATE is under way.  Polled often, its lock tables kept that
+    UPDATE from ever entering its lock wait: the pack asks once a
+    batch.)"""
+    if backend.marker == 'postgresql':
+        sql = ("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = "
+               "current_database() AND wait_event_type = 'Lock'")
+    else:
+        sql = ("SELECT COUNT(*) FROM information_schema.processlist "
+               "WHERE db = DATABASE() AND info LIKE 'UPDATE object_state%'")
+    return query(storage, sql)[0][0]
+
+
+def _garbage(db, count):
+    """``count`` mappings linked from the root, then unlinked; their
+    oids."""
+    conn = db.open()
+    root = conn.root()
+    for index in range(count):
+        root[index] = PersistentMapping(n=index)
+    transaction.commit()
+    oids = [u64(root[index]._p_oid) for index in range(count)]
+    for index in range(count):
+        del root[index]
+    root['other'] = PersistentMapping(n=0)
+    transaction.commit()
+    conn.close()
+    return oids
+
+
+@pytest.fixture
+def waits_told(open_storage, backend):
+    storage = open_storage(pack_duty_cycle=0.5)
+    if not storage._adapter.packer.counts_waiters:
+        pytest.skip(f'{backend.name} cannot tell lock waits: its throttle '
+                    f'goes by commits (the unit tests above)')
+    return storage
+
+
+def test_a_batch_a_writer_waited_for_is_followed_by_a_pause(
+        waits_told, backend, monkeypatch):
+    storage = waits_told
+    db = ZODB.DB(storage)
+    oids = _garbage(db, 50)
+    packer = storage._adapter.packer
+    cm = storage._adapter.connmanager
+    original = packer.delete_doomed
+    writer = {}
+
+    def held_up():
+        # A client writing a row the batch removes: it waits for the
+        # batch's transaction.
+        conn = cm.connect()
+        cursor = conn.cursor()
+        try:
+            cm.begin_write(cursor, 'test')
+            cursor.execute(f'UPDATE object_state SET tid = tid '
+                           f'WHERE zoid = {oids[0]}')
+            cm.commit(conn, cursor)
+            writer['done'] = time.monotonic()
+        except Exception as e:      # reported by the test
+            writer['error'] = e
+        finally:
+            cm.close(conn, cursor)
+
+    def delete_doomed(cursor, rows, pack_tid):
+        removed = original(cursor, rows, pack_tid)
+        if 'thread' not in writer:
+            writer['thread'] = thread = threading.Thread(target=held_up)
+            thread.start()
+            deadline = time.monotonic() + 10
+            while _waiting_for_locks(storage, backend) < 1:
+                assert 'error' not in writer, writer
+                assert time.monotonic() < deadline, 'the writer never waited'
+                time.sleep(0.2)
+            time.sleep(0.3)     # (MariaDB: well inside its lock wait)
+        return removed
+    monkeypatch.setattr(packer, 'delete_doomed', delete_doomed)
+    notes = _Notes()
+    storage.pack(time.time() + 1, referencesf, progress=notes)
+    writer['thread'].join(10)
+    assert 'done' in writer
+    paused = [n for n in notes.notes if 'followed by a pause' in n]
+    assert paused and 'waited for them' in paused[0], notes.notes
+    db.close()
+
+
+def test_commits_that_wait_for_nothing_do_not_slow_the_pack(
+        waits_told, monkeypatch):
+    storage = waits_told
+    db = ZODB.DB(storage)
+    _garbage(db, 400)
+    # Many small batches, each with commits of others during it.
+    monkeypatch.setattr(pack_throttle, 'FIRST_BATCH', 20)
+    monkeypatch.setattr(pack_throttle, 'MAX_BATCH', 40)
+    packer = storage._adapter.packer
+    original = packer.delete_doomed
+    batches = []
+
+    def delete_doomed(cursor, rows, pack_tid):
+        before = _last_tid(storage)
+        removed = original(cursor, rows, pack_tid)
+        deadline = time.monotonic() + 10
+        while _last_tid(storage) == before:     # another client commits
+            assert time.monotonic() < deadline, 'the writer stopped'
+            time.sleep(0.01)
+        batches.append(1)
+        return removed
+    monkeypatch.setattr(packer, 'delete_doomed', delete_doomed)
+    stop = threading.Event()
+
+    def write():
+        # New objects only: rows no batch of this pack holds.  (A writer
+        # of objects whose old revisions a batch removes may wait for it
+        # on MariaDB: then the pause is due.)
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        while not stop.is_set():
+            conn.add(PersistentMapping(n=1))
+            tm.commit()
+            time.sleep(0.005)
+        conn.close()
+    thread = threading.Thread(target=write)
+    thread.start()
+    notes = _Notes()
+    try:
+        storage.pack(time.time() + 1, referencesf, progress=notes)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert len(batches) >= 5
+    assert not [n for n in notes.notes if 'followed by a pause' in n], \
+        notes.notes
+    db.close()
+
+
+def _last_tid(storage):
+    return query(storage, 'SELECT tid FROM commit_row WHERE id = 0')[0][0]
