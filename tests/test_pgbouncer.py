@@ -12,10 +12,12 @@ database: test_pgbouncer_blobs.py).  In
 ``session`` mode a busy threaded process with max-connections stays
 within the pool."""
 import threading
+import time
 
 import pytest
 import transaction
 from persistent.mapping import PersistentMapping
+from ZODB.utils import u64
 
 from pgbouncer import Bounced
 from pgbouncer import Bouncer
@@ -147,6 +149,48 @@ def test_a_busy_process_stays_within_the_pool(request, mode, driver,
         finally:
             db.close()
         assert 0 < most <= POOL_SIZE
+    finally:
+        bounced.cleanup()
+
+
+@pytest.mark.parametrize('driver', ['psycopg2', 'psycopg'])
+def test_commits_leave_no_value_in_the_server_sessions(
+        transaction_bouncer, driver, keep_history):
+    """The tid a commit's last round trip carries across its COMMIT in a
+    custom setting is emptied in that round trip: the next clients of
+    those server sessions find no value there."""
+    bounced = Bounced(transaction_bouncer, driver)
+    database = bounced.new_database()
+    try:
+        import psycopg2
+        import ZODB
+        db = ZODB.DB(bounced.open(database, keep_history=keep_history))
+        found = []
+        try:
+            tids = set()
+            for n in range(2 * POOL_SIZE):
+                with db.transaction() as conn:
+                    conn.root()['n'] = n
+                tids.add(str(u64(db.lastTransaction())))
+            # The snapshots left are ended by the idle thread; then the
+            # server sessions are the bouncer's to give (closing the
+            # storage first would close those still in a transaction).
+            time.sleep(1)
+            conn = psycopg2.connect(database)
+            try:
+                conn.autocommit = True
+                cursor = conn.cursor()
+                for _ in range(4 * POOL_SIZE):      # every server session
+                    cursor.execute("SELECT current_setting("
+                                   "'relstorage.result', true)")
+                    found.append(cursor.fetchone()[0])
+            finally:
+                conn.close()
+        finally:
+            db.close()
+        assert len(tids) == 2 * POOL_SIZE
+        assert not tids & set(found), found
+        assert '' in found      # (the commits did run in those sessions)
     finally:
         bounced.cleanup()
 

@@ -16,6 +16,7 @@ from .blobs import PostgreSQLBlobMover
 from .connection import PostgreSQLConnectionManager
 from .connection import SNAPSHOT_BEGIN_WRITABLE
 from .connection import describe_dsn
+from .drivers import RESULT_EMPTIED
 from .drivers import select_driver
 from .oids import PostgreSQLOIDAllocator
 from .schema import PostgreSQLSchema
@@ -91,6 +92,7 @@ class PostgreSQLAdapter(Adapter):
             cm.transaction_pooler = True
             self.poller.SNAPSHOT_BEGIN = SNAPSHOT_BEGIN_WRITABLE
             self.poller.tags_sessions = True
+            self.txncontrol.read_result = RESULT_EMPTIED
             self.mover.staging_per_transaction = True
             self.packer.lease_lock = True
 

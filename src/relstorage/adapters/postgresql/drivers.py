@@ -173,6 +173,13 @@ def bytea_array(states):
 #: call's value, kept across the COMMIT in a session setting.
 RESULT = "current_setting('relstorage.result')::bigint"
 _RESULT = f'SELECT {RESULT}'
+#: The same, leaving the setting empty: behind a transaction pooler the
+#: server session goes to other clients next.  The outer SELECT empties it
+#: as it takes each row from the sub-query (OFFSET 0: not flattened), so
+#: it reads the value first.
+RESULT_EMPTIED = (
+    "SELECT CASE WHEN set_config('relstorage.result', '', false) = '' "
+    f"THEN r END FROM (SELECT {RESULT} AS r OFFSET 0) AS s")
 
 
 class Prepared:

@@ -115,6 +115,9 @@ def _as_function(statement, *names):
 
 
 class _PostgreSQLTransactionControl(TransactionControl):
+    #: What reads the tid after the COMMIT (None: the driver's RESULT);
+    #: behind a transaction pooler RESULT_EMPTIED (set by the adapter).
+    read_result = None
     UPDATE_LAST_TID = 'UPDATE commit_row SET tid = %s WHERE id = 0'
     FINISH_CALL = 'SELECT relstorage_finish(%s, %s, %s, %s)'
     FINISH_ROWS_CALL = (
@@ -176,7 +179,12 @@ class _PostgreSQLTransactionControl(TransactionControl):
                        bytea_array([row[2] for row in rows]),
                        oid_array([row[3] for row in rows]))
         if then is None:
-            return int(self.driver.call_and_commit(cursor, call, params)[0][0])
+            if self.read_result is not None:
+                found = self.driver.call_and_commit(cursor, call, params,
+                                                    self.read_result)
+            else:
+                found = self.driver.call_and_commit(cursor, call, params)
+            return int(found[0][0])
         begin, select, then_params = then
         # psycopg2 returns only the last statement's rows: the tid rides
         # with ``select``'s, tagged with a key no oid has.
