@@ -142,19 +142,17 @@ class DeletionSteps:
                     return skipped
                 upto = rows[-1][0]
 
-                waiting = [None]
-
                 def batch(rows=rows, upto=upto):
                     applied = apply(rows)
                     packer.update_run(cursor, run.phase, upto)
                     # Before the COMMIT: a client held up by this batch
                     # still waits for its locks.
-                    waiting[0] = packer.waiters(cursor)
-                    return applied
-                skipped += len(rows) - self._write_again(batch)
+                    return applied, packer.waiters(cursor)
+                applied, waiters = self._write_again(batch)
+                skipped += len(rows) - applied
                 run.upto = upto
                 progress.add(len(rows))
-                pacer.pause(started, waiting[0])
+                pacer.pause(started, waiters)
         finally:
             progress.end_phase()
             pacer.report(progress)
