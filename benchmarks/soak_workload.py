@@ -36,7 +36,6 @@ if str(HERE) not in sys.path:
 import workload  # noqa: E402
 from workload import TREES  # noqa: E402
 from workload import Item  # noqa: E402
-from workload import check_item  # noqa: E402
 from workload import keys_for  # noqa: E402
 from workload import split  # noqa: E402
 
@@ -140,9 +139,7 @@ def cmd_worker(args):
             try:
                 tm.begin()
                 root = conn.root()
-                for read_name, read_key in reads:
-                    item = root[read_name][read_key]
-                    check_item(read_key, item, item.version)
+                workload.read_checked(root, reads)
                 root[name][key].bump()
                 if blob_key is not None:
                     blob = root['blobs'][blob_key]

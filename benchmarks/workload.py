@@ -115,6 +115,14 @@ class Counter(Persistent):
     value = 0
 
 
+def read_checked(root, reads):
+    """Look up each ``(tree name, key)`` of ``reads`` and check the Item
+    found against its own version (a request's reads)."""
+    for name, key in reads:
+        item = root[name][key]
+        check_item(key, item, item.version)
+
+
 def check_item(key, item, version):
     if (item.key != key or item.version != version
             or item.number != number_for(key, version)
@@ -884,9 +892,7 @@ def cmd_mixed_worker(args):
             try:
                 tm.begin()
                 root = conn.root()
-                for read_name, read_key in reads:
-                    item = root[read_name][read_key]
-                    check_item(read_key, item, item.version)
+                read_checked(root, reads)
                 for name, key in writes:
                     root[name][key].bump()
                 tm.commit()

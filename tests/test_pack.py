@@ -7,7 +7,6 @@ import random
 import re
 import threading
 import time
-import types
 
 import pytest
 import transaction
@@ -1016,60 +1015,3 @@ def test_a_failed_read_ahead_raises_in_the_caller(pages):
     with pytest.raises(RuntimeError, match='went away'):
         reader.get((SCAN, 0, 0, 10, 2))
     assert packer.reads[-1] == ((2,), True)
-
-
-class _PacerOptions:
-    pack_batch_timeout = 1.0
-    pack_duty_cycle = 0.5
-    pack_max_delay = 3.0
-
-
-class _Notes(Progress):
-    def __init__(self):
-        super().__init__()
-        self.notes = []
-
-    def note(self, message, *args):
-        self.notes.append(message % args)
-
-
-def test_the_pacer_pauses_only_while_others_commit_and_says_so(monkeypatch):
-    clock = [100.0]
-    slept = []
-    monkeypatch.setattr(pack_throttle, 'time', types.SimpleNamespace(
-        monotonic=lambda: clock[0], sleep=slept.append))
-    last = [7]
-    pacer = pack_throttle.Pacer(_PacerOptions(), lambda: last[0])
-
-    def batch(seconds, committed):
-        started = clock[0]
-        clock[0] += seconds
-        if committed:
-            last[0] += 1
-        pacer.pause(started)
-
-    batch(0.5, committed=False)     # nobody committed: no pause
-    assert slept == []
-    assert pacer.size == 2 * pack_throttle.FIRST_BATCH
-    batch(0.8, committed=True)      # duty cycle 0.5: as long as the batch
-    batch(10.0, committed=True)     # at most pack-max-delay
-    assert slept == [pytest.approx(0.8), 3.0]
-    notes = _Notes()
-    pacer.report(notes)
-    assert notes.notes == ['2 of 3 batches followed by a pause while other '
-                           'clients committed, 3.8s in all '
-                           '(pack-duty-cycle 0.5)']
-
-
-def test_the_pacer_says_nothing_without_pauses(monkeypatch):
-    monkeypatch.setattr(pack_throttle, 'time', types.SimpleNamespace(
-        monotonic=time.monotonic, sleep=pytest.fail))
-    options = _PacerOptions()
-    options.pack_duty_cycle = 1.0
-    last = [1]
-    pacer = pack_throttle.Pacer(options, lambda: last[0])
-    last[0] += 1
-    pacer.pause(time.monotonic())
-    notes = _Notes()
-    pacer.report(notes)
-    assert notes.notes == []

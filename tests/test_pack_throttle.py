@@ -31,7 +31,6 @@ class _Notes(Progress):
         self.notes = []
 
     def note(self, message, *args):
-        super().note(message, *args)
         self.notes.append(message % args)
 
 
@@ -75,6 +74,48 @@ def test_a_duty_cycle_of_one_never_pauses(monkeypatch):
     pacer = pack_throttle.Pacer(options, pytest.fail, waits_known=True)
     pacer.pause(clock[0] - 1, 5)
     assert slept == []
+
+
+def test_the_pacer_pauses_only_while_others_commit_and_says_so(monkeypatch):
+    clock = [100.0]
+    slept = []
+    monkeypatch.setattr(pack_throttle, 'time', types.SimpleNamespace(
+        monotonic=lambda: clock[0], sleep=slept.append))
+    last = [7]
+    pacer = pack_throttle.Pacer(_Options(), lambda: last[0])
+
+    def batch(seconds, committed):
+        started = clock[0]
+        clock[0] += seconds
+        if committed:
+            last[0] += 1
+        pacer.pause(started)
+
+    batch(0.5, committed=False)     # nobody committed: no pause
+    assert slept == []
+    assert pacer.size == 2 * pack_throttle.FIRST_BATCH
+    batch(0.8, committed=True)      # duty cycle 0.5: as long as the batch
+    batch(10.0, committed=True)     # at most pack-max-delay
+    assert slept == [pytest.approx(0.8), 3.0]
+    notes = _Notes()
+    pacer.report(notes)
+    assert notes.notes == ['2 of 3 batches followed by a pause while other '
+                           'clients committed, 3.8s in all '
+                           '(pack-duty-cycle 0.5)']
+
+
+def test_the_pacer_says_nothing_without_pauses(monkeypatch):
+    monkeypatch.setattr(pack_throttle, 'time', types.SimpleNamespace(
+        monotonic=time.monotonic, sleep=pytest.fail))
+    options = _Options()
+    options.pack_duty_cycle = 1.0
+    last = [1]
+    pacer = pack_throttle.Pacer(options, lambda: last[0])
+    last[0] += 1
+    pacer.pause(time.monotonic())
+    notes = _Notes()
+    pacer.report(notes)
+    assert notes.notes == []
 
 
 # -- on a database ---------------------------------------------------------

@@ -7,7 +7,6 @@ import io
 import logging
 import pickle
 import sys
-import time
 import types
 
 import pytest
@@ -26,6 +25,8 @@ from relstorage.pack.references import opcode_references
 from relstorage.pack.references import record_references
 
 from backends import query
+from test_pack import _exists
+from test_pack import _pack
 
 
 def _oid(n):
@@ -186,18 +187,6 @@ def _store_raw(storage, oid, data):
     storage.store(p64(oid), serial, data, '', txn)
     storage.tpc_vote(txn)
     return u64(storage.tpc_finish(txn))
-
-
-def _exists(storage, oid):
-    try:
-        storage.load(p64(oid))
-    except KeyError:
-        return False
-    return True
-
-
-def _pack(storage, **options):
-    storage.pack(time.time() + 1, referencesf, **options)
 
 
 def _revisions(storage, oid):
