@@ -304,11 +304,13 @@ class AnalysisSteps:
             progress.note('nothing was committed before the pack time')
             self.write(lambda: packer.clear_run(cursor))
             return None
+        why_not = None if gc else 'pack-gc false'
         if gc and self.gc_blocked(pack_tid):
-            gc = False
+            gc, why_not = False, 'references that cannot be read'
         refs_tid = analysed or 0
         progress.note('analysing the database as of %s%s',
-                      tid_text(pack_tid), '' if gc else ' (pack-gc false: no reachability)')
+                      tid_text(pack_tid),
+                      f' ({why_not}: no reachability)' if why_not else '')
         started = time.monotonic()
         since = self.read(lambda: packer.base(cursor, earlier, pack_tid))
 
