@@ -42,22 +42,23 @@ def _fake_time(monkeypatch):
     return clock, slept
 
 
+def _batch(pacer, clock, seconds, waiters=None):
+    """A batch of ``seconds`` on the fake clock, then the pacer's turn."""
+    started = clock[0]
+    clock[0] += seconds
+    pacer.pause(started, waiters)
+
+
 def test_where_waits_are_known_only_a_batch_someone_waited_for_pauses(
         monkeypatch):
     clock, slept = _fake_time(monkeypatch)
     asked = []
     pacer = pack_throttle.Pacer(_Options(), lambda: asked.append(1) or 7,
                                 waits_known=True)
-
-    def batch(seconds, waiters):
-        started = clock[0]
-        clock[0] += seconds
-        pacer.pause(started, waiters)
-
-    batch(0.5, 0)           # others may have committed: nobody waited
-    batch(0.4, 2)           # two sessions waited: as long as the batch
-    batch(10.0, 1)          # at most pack-max-delay
-    batch(0.3, 0)
+    _batch(pacer, clock, 0.5, 0)    # others may have committed: none waited
+    _batch(pacer, clock, 0.4, 2)    # two sessions waited: as long as it
+    _batch(pacer, clock, 10.0, 1)   # at most pack-max-delay
+    _batch(pacer, clock, 0.3, 0)
     assert slept == [pytest.approx(0.4), 3.0]
     assert asked == []      # no round trip for the last tid
     notes = _Notes()
@@ -77,25 +78,16 @@ def test_a_duty_cycle_of_one_never_pauses(monkeypatch):
 
 
 def test_the_pacer_pauses_only_while_others_commit_and_says_so(monkeypatch):
-    clock = [100.0]
-    slept = []
-    monkeypatch.setattr(pack_throttle, 'time', types.SimpleNamespace(
-        monotonic=lambda: clock[0], sleep=slept.append))
+    clock, slept = _fake_time(monkeypatch)
     last = [7]
     pacer = pack_throttle.Pacer(_Options(), lambda: last[0])
-
-    def batch(seconds, committed):
-        started = clock[0]
-        clock[0] += seconds
-        if committed:
-            last[0] += 1
-        pacer.pause(started)
-
-    batch(0.5, committed=False)     # nobody committed: no pause
+    _batch(pacer, clock, 0.5)       # nobody committed: no pause
     assert slept == []
     assert pacer.size == 2 * pack_throttle.FIRST_BATCH
-    batch(0.8, committed=True)      # duty cycle 0.5: as long as the batch
-    batch(10.0, committed=True)     # at most pack-max-delay
+    last[0] += 1                    # a commit during the next batch
+    _batch(pacer, clock, 0.8)       # duty cycle 0.5: as long as the batch
+    last[0] += 1
+    _batch(pacer, clock, 10.0)      # at most pack-max-delay
     assert slept == [pytest.approx(0.8), 3.0]
     notes = _Notes()
     pacer.report(notes)

@@ -11,12 +11,9 @@ here again with ``backend`` and ``private`` overridden (blobs kept in the
 database: test_pgbouncer_blobs.py).  In
 ``session`` mode a busy threaded process with max-connections stays
 within the pool."""
-import threading
 import time
 
 import pytest
-import transaction
-from persistent.mapping import PersistentMapping
 from ZODB.utils import u64
 
 from pgbouncer import Bounced
@@ -29,6 +26,8 @@ from test_conformance import test_history_preserving  # noqa: F401
 from test_invariants import test_account_transfers  # noqa: F401
 from test_pack import test_the_pack_time_stays_before_other_clients_open_transactions  # noqa: F401,E501
 from test_pack import test_writers_keep_committing_and_lose_nothing_during_a_pack  # noqa: F401,E501
+from test_pool import _busy
+from test_pool import _watch
 from test_restart import test_server_restart  # noqa: F401
 from test_zodbconvert import large_source  # noqa: F401
 from test_zodbconvert import test_round_trip  # noqa: F401
@@ -68,61 +67,6 @@ def backend(transaction_bouncer):
     bounced = Bounced(transaction_bouncer)
     yield bounced
     bounced.cleanup()
-
-
-def _busy(db, threads=8, requests=10):
-    """Threads serving requests on ``db``, each on an object of its own;
-    returns the errors."""
-    with db.transaction() as conn:
-        for t in range(threads):
-            conn.root()[t] = PersistentMapping(n=0)
-    errors = []
-
-    def work(t):
-        try:
-            for _ in range(requests):
-                tm = transaction.TransactionManager()
-                conn = db.open(tm)
-                try:
-                    tm.begin()
-                    conn.root()[t]['n'] += 1
-                    sum(conn.root()[o]['n'] for o in range(threads))
-                    tm.commit()
-                finally:
-                    conn.close()
-        except Exception as e:  # reported below
-            errors.append(e)
-
-    workers = [threading.Thread(target=work, args=(t,))
-               for t in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(120)
-    with db.transaction() as conn:
-        counts = [conn.root()[t]['n'] for t in range(threads)]
-    assert counts == [requests] * threads, errors
-    return errors
-
-
-def _watch(count):
-    """``(stop(), most)``: ``count()`` sampled every 10 ms in a thread
-    until ``stop()``, which returns the most it saw."""
-    most = [0]
-    done = threading.Event()
-
-    def watch():
-        while not done.is_set():
-            most[0] = max(most[0], count())
-            done.wait(0.01)
-    thread = threading.Thread(target=watch)
-    thread.start()
-
-    def stop():
-        done.set()
-        thread.join(10)
-        return most[0]
-    return stop
 
 
 @pytest.mark.parametrize('mode', ['session', 'transaction'])

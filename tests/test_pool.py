@@ -211,6 +211,61 @@ def test_between_transactions_an_instance_holds_no_connection(open_db):
         conn.close()
 
 
+def _busy(db, threads=8, requests=10):
+    """Threads serving requests on ``db``, each on an object of its own;
+    returns the errors."""
+    with db.transaction() as conn:
+        for t in range(threads):
+            conn.root()[t] = PersistentMapping(n=0)
+    errors = []
+
+    def work(t):
+        try:
+            for _ in range(requests):
+                tm = transaction.TransactionManager()
+                conn = db.open(tm)
+                try:
+                    tm.begin()
+                    conn.root()[t]['n'] += 1
+                    sum(conn.root()[o]['n'] for o in range(threads))
+                    tm.commit()
+                finally:
+                    conn.close()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    workers = [threading.Thread(target=work, args=(t,))
+               for t in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    with db.transaction() as conn:
+        counts = [conn.root()[t]['n'] for t in range(threads)]
+    assert counts == [requests] * threads, errors
+    return errors
+
+
+def _watch(count):
+    """``stop``: ``count()`` sampled every 5 ms in a thread
+    until ``stop()``, which returns the most it saw."""
+    most = [0]
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            most[0] = max(most[0], count())
+            done.wait(0.005)
+    thread = threading.Thread(target=watch)
+    thread.start()
+
+    def stop():
+        done.set()
+        thread.join(10)
+        return most[0]
+    return stop
+
+
 def _server_sessions(backend, database):
     sessions = getattr(backend, 'sessions', None)
     return None if sessions is None else sessions(database)
@@ -223,57 +278,18 @@ def test_a_busy_process_stays_within_the_bound(open_db, backend, database,
     and committing on objects of its own: every commit lands, and neither
     the pool nor the server ever sees more than ``bound`` connections."""
     db = open_db(max_connections=bound, max_connections_wait=20)
-    threads, requests = 8, 12
-    with db.transaction() as conn:
-        for t in range(threads):
-            conn.root()[f't{t}'] = PersistentMapping(n=0)
     pool = db.storage._pool
-    seen = {'open': 0, 'server': 0}
-    errors = []
-    done = threading.Event()
-
-    def watch():
-        while not done.is_set():
-            seen['open'] = max(seen['open'], pool.stats()['open'])
-            server = _server_sessions(backend, database)
-            if server is not None:
-                seen['server'] = max(seen['server'], server)
-            time.sleep(0.005)
-
-    def work(t):
-        try:
-            for _ in range(requests):
-                tm = transaction.TransactionManager()
-                conn = db.open(tm)
-                try:
-                    tm.begin()
-                    mine = conn.root()[f't{t}']
-                    mine['n'] += 1
-                    sum(conn.root()[f't{o}']['n'] for o in range(threads))
-                    tm.commit()
-                finally:
-                    conn.close()
-        except Exception as e:   # reported below
-            errors.append(e)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    workers = [threading.Thread(target=work, args=(t,))
-               for t in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(120)
-    done.set()
-    watcher.join(10)
-    assert errors == []
-    with db.transaction() as conn:
-        assert [conn.root()[f't{t}']['n'] for t in range(threads)] == (
-            [requests] * threads)
+    stop_open = _watch(lambda: pool.stats()['open'])
+    stop_server = _watch(
+        lambda: _server_sessions(backend, database) or 0)
+    try:
+        assert _busy(db, threads=8, requests=12) == []
+    finally:
+        most_open, most_server = stop_open(), stop_server()
     stats = pool.stats()
     assert stats['most_open'] <= bound
-    assert seen['open'] <= bound
-    assert seen['server'] <= bound
+    assert most_open <= bound
+    assert most_server <= bound
     assert stats['timeouts'] == 0
 
 
