@@ -376,6 +376,55 @@ def test_a_later_pack_builds_on_a_finished_one(open_storage, keep_history,
     db.close()
 
 
+def test_a_commit_during_the_fill_is_not_recorded_twice(
+        backend, open_storage, keep_history, monkeypatch):
+    """A pack that builds on the last one, with a writer committing while
+    it records the objects: the object written meanwhile went in twice
+    (unchanged for one statement, changed for the next), and the pack
+    failed on a duplicate key."""
+    if backend.name == 'sqlite':
+        pytest.skip('SQLite serialises writers: no commit can land inside '
+                    "the pack's write transaction")
+    if not keep_history:
+        pytest.skip('history-free packs read every object anew')
+    storage = open_storage()
+    packer = storage._adapter.packer
+    monkeypatch.setattr(packer, 'FILL_SINCE_SHARE', 1.0)
+    db = ZODB.DB(storage)
+    _build(db, 40)
+    _pack(storage)
+    _build(db, 4)
+    other = transaction.TransactionManager()
+    conn = db.open(other)
+    # Unchanged since the first pack: the pack builds on it.
+    unchanged = conn.root()[39]
+    run = packer._run
+    landed = []
+
+    def run_then_commit(cursor, statement, *params):
+        result = run(cursor, statement, *params)
+        if 'INTO pack_object' in statement and not landed:
+            unchanged['meanwhile'] = True
+            other.commit()
+            landed.append(True)
+        return result
+    monkeypatch.setattr(packer, '_run', run_then_commit)
+    analysis = Recorder()
+    _pack(storage, prepack_only=True, progress=analysis)
+    monkeypatch.setattr(packer, '_run', run)
+    assert landed
+    assert any(BUILT_ON in note for note in analysis.notes), analysis.notes
+    pack_tid = query(storage, 'SELECT pack_tid FROM pack_run')[0][0]
+    recorded = _pack_objects(storage)
+    _fill_whole(storage, pack_tid)
+    assert _pack_objects(storage) == recorded
+    _pack(storage, skip_prepack=True)
+    assert storage.load(unchanged._p_oid)[1] == unchanged._p_serial
+    conn.close()
+    _reachable(storage)
+    db.close()
+
+
 def test_a_pack_is_built_on_only_when_it_is_sound(open_storage,
                                                   monkeypatch):
     storage = open_storage(keep_history=True)

@@ -153,9 +153,13 @@ class Packer:
     )
     FILL = None                   # (pack_tid,): per history mode
     # pack_object from a finished pack to ``since`` (see ``base``): the
-    # objects unchanged since (since,), then the others (since, pack_tid).
-    # Empty: always FILL.
-    FILL_SINCE = ()
+    # objects unchanged since, and the others, in one statement
+    # (since, since, pack_tid).  One, because each statement reads a
+    # snapshot of its own (READ COMMITTED): as two, an object committed
+    # between them was unchanged for the first and changed for the
+    # second, and went in twice (a duplicate key that failed the pack,
+    # with a writer running).  None: always FILL.
+    FILL_SINCE = None
     # A transaction up to a tid that no pack has marked (restored after
     # that pack).  (tid,)
     UNPACKED = None
@@ -493,9 +497,7 @@ class Packer:
         if since is None:
             self._run(cursor, self.FILL, (pack_tid,))
         else:
-            unchanged, changed = self.FILL_SINCE
-            self._run(cursor, unchanged, (since,))
-            self._run(cursor, changed, (since, pack_tid))
+            self._run(cursor, self.FILL_SINCE, (since, since, pack_tid))
         return self.count_objects(cursor)
 
     def count_objects(self, cursor):
@@ -669,21 +671,20 @@ class HistoryPreservingMixin:
         FROM object_state
         WHERE tid <= ?
         GROUP BY zoid"""
-    FILL_SINCE = (
-        """INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
-           SELECT zoid, tid, FALSE, FALSE
-           FROM current_object
-           WHERE tid <= ?""",
-        """INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
-           SELECT s.zoid, MAX(s.tid),
-                  COALESCE(MAX(CASE WHEN s.state IS NULL THEN s.tid END)
-                           = MAX(s.tid), FALSE),
-                  COUNT(*) > 1
-           FROM current_object c
-           JOIN object_state s ON s.zoid = c.zoid
-           WHERE c.tid > ? AND s.tid <= ?
-           GROUP BY s.zoid""",
-    )
+    FILL_SINCE = """
+        INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
+        SELECT zoid, tid, FALSE, FALSE
+        FROM current_object
+        WHERE tid <= ?
+        UNION ALL
+        SELECT s.zoid, MAX(s.tid),
+               COALESCE(MAX(CASE WHEN s.state IS NULL THEN s.tid END)
+                        = MAX(s.tid), FALSE),
+               COUNT(*) > 1
+        FROM current_object c
+        JOIN object_state s ON s.zoid = c.zoid
+        WHERE c.tid > ? AND s.tid <= ?
+        GROUP BY s.zoid"""
     UNPACKED = """
         SELECT tid FROM transaction_log
         WHERE tid <= ? AND NOT packed

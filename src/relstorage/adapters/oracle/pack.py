@@ -203,21 +203,20 @@ class HistoryPreservingPacker(HistoryPreservingMixin, _OraclePacker):
         FROM object_state
         WHERE tid <= ?
         GROUP BY zoid"""
-    FILL_SINCE = (
-        """INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
-           SELECT zoid, tid, 0, 0
-           FROM current_object
-           WHERE tid <= ?""",
-        """INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
-           SELECT s.zoid, MAX(s.tid),
-                  CASE WHEN MAX(CASE WHEN s.state IS NULL THEN s.tid END)
-                            = MAX(s.tid) THEN 1 ELSE 0 END,
-                  CASE WHEN COUNT(*) > 1 THEN 1 ELSE 0 END
-           FROM current_object c
-           JOIN object_state s ON s.zoid = c.zoid
-           WHERE c.tid > ? AND s.tid <= ?
-           GROUP BY s.zoid""",
-    )
+    FILL_SINCE = """
+        INSERT INTO pack_object (zoid, keep_tid, keep_null, has_older)
+        SELECT zoid, tid, 0, 0
+        FROM current_object
+        WHERE tid <= ?
+        UNION ALL
+        SELECT s.zoid, MAX(s.tid),
+               CASE WHEN MAX(CASE WHEN s.state IS NULL THEN s.tid END)
+                         = MAX(s.tid) THEN 1 ELSE 0 END,
+               CASE WHEN COUNT(*) > 1 THEN 1 ELSE 0 END
+        FROM current_object c
+        JOIN object_state s ON s.zoid = c.zoid
+        WHERE c.tid > ? AND s.tid <= ?
+        GROUP BY s.zoid"""
     UNPACKED = """
         SELECT tid FROM transaction_log
         WHERE tid <= ? AND packed = 0
