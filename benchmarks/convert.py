@@ -101,8 +101,18 @@ KNOWN_FAILURES = (
 
 # -- the source ----------------------------------------------------------
 
+def source_shape(args):
+    """``(shape, oids)``: convert_workload's ``--shape`` and ``--oids``
+    (scale.py's source: a number of objects), or ``('default', None)``
+    (this script's: ``args.objects`` documents)."""
+    return getattr(args, 'shape', 'default'), getattr(args, 'oids', None)
+
+
 def source_dir(args):
-    return SOURCES / (f'source-{args.objects}-seed{args.seed}'
+    shape, oids = source_shape(args)
+    size = (f'{args.objects}' if shape == 'default' and not oids
+            else f'{shape}-{oids or args.objects}')
+    return SOURCES / (f'source-{size}-seed{args.seed}'
                       + ('' if args.undo_adds else '-no-undo-adds'))
 
 
@@ -114,7 +124,10 @@ def usable_source(path, args):
     except (OSError, ValueError):
         return None
     data = path / 'Data.fs'
+    shape, oids = source_shape(args)
     if (manifest.get('version') != convert_workload.GENERATOR_VERSION
+            or manifest.get('shape', 'default') != shape
+            or manifest.get('oids_wanted') != oids
             or manifest.get('undo_adds') != args.undo_adds
             or not (path / 'Data.fs.index').exists()
             or not (path / 'blobs').is_dir()
@@ -135,10 +148,13 @@ def ensure_source(args):
     building = path.with_name(f'{path.name}.tmp-{os.getpid()}')
     shutil.rmtree(building, ignore_errors=True)
     building.parent.mkdir(parents=True, exist_ok=True)
-    log(f'source: generating {args.objects:,} documents (seed '
-        f'{args.seed}) into {path}')
-    words = ['--dir', building, '--objects', args.objects, '--seed',
-             args.seed] + ([] if args.undo_adds else ['--no-undo-adds'])
+    shape, oids = source_shape(args)
+    size = (['--oids', oids] if oids else ['--objects', args.objects])
+    unit = 'objects' if oids else 'documents'
+    log(f'source: generating {size[1]:,} {unit} (seed {args.seed}, '
+        f'shape {shape}) into {path}')
+    words = (['--dir', building, '--seed', args.seed, '--shape', shape]
+             + size + ([] if args.undo_adds else ['--no-undo-adds']))
     try:
         BaseSide('ours', workload=WORKLOAD).run(
             'generate', *words, timeout=args.timeout, stdout_json=True,

@@ -38,6 +38,14 @@ a content site's:
 
 ``--objects`` counts the documents added; the file holds more objects
 (folders, BTree buckets, blobs), and several revisions of most.
+``--oids N`` adds documents until the file holds N objects instead.
+
+``--shape scale`` (scale.py's source of ten million objects) draws
+other shares: adds of 20-60 documents (70 % of transactions), edits
+(26 %), removals (4 %), one undo in 500; bodies of 100-1000 bytes, an
+attachment of 1-32 KiB on one document in 100.  Fewer revisions per
+object, so that the file, and each database made from it, fits the
+disk.
 
 ``check`` (in the interpreter of the side that converted) opens the
 destination of CONFIG (a ZConfig file with one storage section) and the
@@ -68,18 +76,42 @@ perf = time.perf_counter
 
 #: Bumped whenever the data set changes: a cached source made by another
 #: version is made again.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 DOCS_PER_FOLDER = 500
-#: Transaction kinds: cumulative shares of add and edit (the rest removes).
-ADD_SHARE = 0.40
-EDIT_SHARE = 0.92
-#: An add or edit transaction is undone right after it, one time in this.
-UNDO_EVERY = 70
-#: One document in this many gets an attachment (a blob).
-BLOB_EVERY = 150
-BLOB_SIZES = (1024, 200 * 1024)
-BODY_SIZES = (100, 2000)
+
+
+class Shape:
+    """What the transactions look like (``--shape``)."""
+
+    def __init__(self, add_share, edit_share, undo_every, blob_every,
+                 blob_sizes, body_sizes, add_sizes):
+        #: Transaction kinds: cumulative shares of add and edit (the rest
+        #: removes).
+        self.add_share, self.edit_share = add_share, edit_share
+        #: An add or edit transaction is undone right after it, one time
+        #: in this.
+        self.undo_every = undo_every
+        #: One document in this many gets an attachment (a blob).
+        self.blob_every = blob_every
+        self.blob_sizes = blob_sizes
+        self.body_sizes = body_sizes
+        #: How many documents an add transaction adds.
+        self.add_sizes = add_sizes
+
+
+SHAPES = {
+    # convert.py's: a site edited for years, several revisions of most
+    # documents.
+    'default': Shape(0.40, 0.92, 70, 150, (1024, 200 * 1024), (100, 2000),
+                     (10, 20)),
+    # scale.py's: a large site, mostly written once (imports, documents
+    # added in batches), edited less, small attachments; fewer records
+    # per object so that ten million objects fit a day's work and the
+    # disk.
+    'scale': Shape(0.70, 0.96, 500, 100, (1024, 32 * 1024), (100, 1000),
+                   (20, 60)),
+}
 #: Edits: this share goes to the most recently added documents.
 RECENT_SHARE = 0.7
 RECENT = 2000
@@ -119,13 +151,14 @@ def number_of(key):
 class Text:
     """Random prose, cut from one pool made once (cheap per document)."""
 
-    def __init__(self, rng, size=1 << 21):
+    def __init__(self, rng, shape, size=1 << 21):
+        self.shape = shape
         words = rng.choices(WORDS, k=size // 5)
         self.pool = ' '.join(words)[:size]
         self.rng = rng
 
     def body(self):
-        size = self.rng.randint(*BODY_SIZES)
+        size = self.rng.randint(*self.shape.body_sizes)
         start = self.rng.randrange(len(self.pool) - size)
         return self.pool[start:start + size]
 
@@ -141,10 +174,11 @@ class Site:
     generator must remember of it (document keys only: every object is
     looked up again after an undo)."""
 
-    def __init__(self, conn, rng):
+    def __init__(self, conn, rng, shape):
         self.conn = conn
         self.rng = rng
-        self.text = Text(rng)
+        self.shape = shape
+        self.text = Text(rng, shape)
         self.next = 0
         #: Keys of the documents in folders, oldest first.
         self.live = []
@@ -171,18 +205,18 @@ class Site:
         return self.folder(number_of(key))[key]
 
     def write_blob(self, blob):
-        size = self.rng.randint(*BLOB_SIZES)
+        size = self.rng.randint(*self.shape.blob_sizes)
         with blob.open('w') as f:
             f.write(self.rng.randbytes(size))
         self.counts['blobs_written'] += 1
         self.counts['blob_bytes_written'] += size
 
     def add(self):
-        """10-20 new documents; returns their keys."""
+        """A few new documents (10-20 by default)."""
         from persistent.mapping import PersistentMapping
         from ZODB.blob import Blob
         keys = []
-        for _ in range(self.rng.randint(10, 20)):
+        for _ in range(self.rng.randint(*self.shape.add_sizes)):
             number = self.next
             self.next += 1
             key = doc_key(number)
@@ -190,7 +224,7 @@ class Site:
                 number=number, title=self.text.title(),
                 body=self.text.body(), version=0, modified=time.time(),
                 tags=(self.rng.choice(WORDS), self.rng.choice(WORDS)))
-            if self.rng.randrange(BLOB_EVERY) == 0:
+            if self.rng.randrange(self.shape.blob_every) == 0:
                 doc['attachment'] = blob = Blob()
                 # Added first, so that its file is made in the storage's
                 # temporary directory.
@@ -230,7 +264,13 @@ class Site:
         """1-10 documents out of their folders (they stay in the file)."""
         count = min(self.rng.randint(1, 10), len(self.live) - 1)
         for _ in range(count):
-            key = self.live.pop(self.rng.randrange(len(self.live)))
+            # The last key takes the place of the one removed: O(1), where
+            # a pop from the middle moved the whole tail (minutes at ten
+            # million documents).
+            at = self.rng.randrange(len(self.live))
+            key = self.live[at]
+            self.live[at] = self.live[-1]
+            self.live.pop()
             del self.folder(number_of(key))[key]
             self.with_blob.discard(key)
         self.root['count'].change(-count)
@@ -275,14 +315,28 @@ def cmd_generate(args):
     from BTrees.OOBTree import OOBTree
     from persistent.mapping import PersistentMapping
     from ZODB.FileStorage import FileStorage
+    from ZODB.utils import u64
 
     out = Path(args.dir)
     out.mkdir(parents=True)
-    rng = random.Random(f'convert:{args.seed}:{args.objects}')
+    shape = SHAPES[args.shape]
+    if args.oids:
+        # As many objects as asked for, however many documents that takes.
+        target, unit = args.oids, 'objects'
+        rng = random.Random(f'{args.shape}:{args.seed}:oids:{args.oids}')
+    else:
+        target, unit = args.objects, 'documents'
+        rng = random.Random(
+            f'convert:{args.seed}:{args.objects}' if args.shape == 'default'
+            else f'{args.shape}:{args.seed}:{args.objects}')
     storage = FileStorage(str(out / 'Data.fs'), blob_dir=str(out / 'blobs'))
     db = ZODB.DB(storage, cache_size=CACHE_SIZE, large_record_size=1 << 30)
     conn = db.open()
-    site = Site(conn, rng)
+    site = Site(conn, rng, shape)
+
+    def done():
+        # storage._oid: the last oid given out (BaseStorage.new_oid).
+        return u64(storage._oid) + 1 if args.oids else created
     started = perf()
     transaction.begin()
     root = conn.root()
@@ -291,31 +345,31 @@ def cmd_generate(args):
     site.commit('Created the site')
     next_report = perf() + 10
     created = 0
-    while created < args.objects:
+    while done() < target:
         transaction.begin()
         draw = rng.random()
         before = site.next
-        if draw < ADD_SHARE or len(site.live) < 100:
+        if draw < shape.add_share or len(site.live) < 100:
             description = site.add()
             created += site.next - before
             added = [doc_key(n) for n in range(before, site.next)]
-        elif draw < EDIT_SHARE:
+        elif draw < shape.edit_share:
             description = site.edit()
             added = []
         else:
             description = site.remove()
             added = None
         site.commit(description)
-        if (added is not None and rng.randrange(UNDO_EVERY) == 0
+        if (added is not None and rng.randrange(shape.undo_every) == 0
                 and (args.undo_adds or not added)):
             site.undo_last(db, added)
         if perf() > next_report:
             next_report = perf() + 10
-            progress('generate: documents', created, args.objects, started)
+            progress(f'generate: {unit}', done(), target, started)
     transaction.begin()
     root['bench'] = PersistentMapping(
-        seed=args.seed, objects=args.objects, version=GENERATOR_VERSION,
-        documents=len(site.live))
+        seed=args.seed, objects=created, version=GENERATOR_VERSION,
+        documents=len(site.live), shape=args.shape)
     site.commit('Benchmark source complete')
     in_folders = sum(len(folder) for folder in root['folders'].values())
     if not root['count']() == in_folders == len(site.live):
@@ -325,8 +379,9 @@ def cmd_generate(args):
     conn.close()
     db.close()      # writes Data.fs.index
     seconds = perf() - started
-    progress('generate: documents', created, args.objects, started)
-    manifest = {'version': GENERATOR_VERSION, 'objects': args.objects,
+    progress(f'generate: {unit}', done(), target, started)
+    manifest = {'version': GENERATOR_VERSION, 'objects': created,
+                'oids_wanted': args.oids, 'shape': args.shape,
                 'seed': args.seed, 'undo_adds': args.undo_adds,
                 'generated_seconds': seconds,
                 'documents_in_folders': len(site.live),
@@ -512,8 +567,13 @@ def parse_args(argv):
     p = command('generate')
     p.add_argument('--dir', required=True,
                    help='a directory that does not exist yet')
-    p.add_argument('--objects', type=int, required=True,
-                   help='documents to add')
+    size = p.add_mutually_exclusive_group(required=True)
+    size.add_argument('--objects', type=int, help='documents to add')
+    size.add_argument('--oids', type=int,
+                      help='objects to make (documents and the rest): '
+                      'documents are added until the file holds this many')
+    p.add_argument('--shape', choices=sorted(SHAPES), default='default',
+                   help='what the transactions look like (see SHAPES)')
     p.add_argument('--seed', type=int, default=1)
     p.add_argument('--no-undo-adds', dest='undo_adds', action='store_false',
                    help='undo edits only: no undone creation, so no '

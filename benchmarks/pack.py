@@ -129,8 +129,9 @@ class Side(BaseSide):
 class Writer:
     """The writer in the background, between ``start`` and ``stop``."""
 
-    def __init__(self, side, config, tag, args):
-        self.files = {k: WORK / f'{tag}-{k}' for k in ('ready', 'stop',
+    def __init__(self, side, config, tag, args, work=None):
+        work = work or WORK
+        self.files = {k: work / f'{tag}-{k}' for k in ('ready', 'stop',
                                                       'latencies')}
         for path in self.files.values():
             path.unlink(missing_ok=True)
@@ -234,9 +235,9 @@ def utc(at):
             + f'.{int(at % 1 * 1000):03d}')
 
 
-def writer_alone(side, config, tag, args):
+def writer_alone(side, config, tag, args, work=None):
     """The writer for ``--writer-seconds`` after its warm-up."""
-    writer = Writer(side, config, tag, args)
+    writer = Writer(side, config, tag, args, work)
     writer.wait_ready()
     time.sleep(args.writer_seconds)
     return writer.stop()

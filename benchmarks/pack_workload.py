@@ -383,6 +383,25 @@ def cmd_writer(args):
     commit(conn, 'pack benchmark: writer starts')
     rng = random.Random(f'writer:{graph.meta["seed"]}:{run}')
 
+    def change():
+        if rng.random() < 0.3:
+            graph.add(rng)
+        else:
+            graph.update(rng)
+    out = timed_commits(conn, args, rng, change, 'pack benchmark: writer')
+    conn.close()
+    db.close()
+    return dict(graph.counts, **out)
+
+
+def timed_commits(conn, args, rng, change, note):
+    """The writer's loop (scale_workload.py's too): ``change()`` then a
+    commit, until ``args.seconds`` have passed or ``args.stop`` exists,
+    ``args.pause`` between commits; after ``args.warmup`` commits,
+    ``args.ready`` is created and each commit timed.  A commit that fails
+    is retried with the same draws of ``rng``.  Writes the timings to
+    ``args.out``; returns the counts."""
+    import transaction
     latencies = []
     errors = collections.Counter()
     done = 0
@@ -390,7 +409,6 @@ def cmd_writer(args):
     started = perf()
     deadline = started + args.seconds
     while perf() < deadline and not (stop and stop.exists()):
-        adding = rng.random() < 0.3
         # The same choices on a retry: a state of the generator per commit.
         state = rng.getstate()
         attempts = 0
@@ -398,11 +416,8 @@ def cmd_writer(args):
         while True:
             try:
                 transaction.begin()
-                if adding:
-                    graph.add(rng)
-                else:
-                    graph.update(rng)
-                commit(conn, 'pack benchmark: writer')
+                change()
+                commit(conn, note)
                 break
             except Exception as e:
                 # Conflicts, and whatever a lock held by the pack causes
@@ -425,12 +440,10 @@ def cmd_writer(args):
     if done <= args.warmup and args.ready:
         Path(args.ready).touch()
     seconds = perf() - started
-    conn.close()
-    db.close()
     with open(args.out, 'w') as f:
         json.dump(latencies, f)
-    return dict(graph.counts, commits=done, timed=len(latencies),
-                errors=dict(errors), seconds=seconds)
+    return dict(commits=done, timed=len(latencies), errors=dict(errors),
+                seconds=seconds)
 
 
 # -- count ---------------------------------------------------------------
@@ -521,7 +534,16 @@ def parse_args(argv):
     p.add_argument('--seed', type=int, default=1)
     p = command('grow')
     p.add_argument('--fraction', type=float, default=0.1)
-    p = command('writer')
+    writer_arguments(command('writer'))
+    command('count')
+    p = command('pack')
+    p.add_argument('--days', type=float, default=-1,
+                   help='pack to this many days ago; negative: now')
+    return parser.parse_args(argv)
+
+
+def writer_arguments(p):
+    """The options of a writer command (timed_commits)."""
     p.add_argument('--seconds', type=float, required=True)
     p.add_argument('--out', required=True,
                    help='where the JSON list of commit latencies goes')
@@ -532,11 +554,6 @@ def parse_args(argv):
                    help='untimed commits first (default 10)')
     p.add_argument('--pause', type=float, default=0.02,
                    help='seconds between commits (default 0.02)')
-    command('count')
-    p = command('pack')
-    p.add_argument('--days', type=float, default=-1,
-                   help='pack to this many days ago; negative: now')
-    return parser.parse_args(argv)
 
 
 def main(argv=None):

@@ -99,6 +99,12 @@ class PostgreSQL:
         with self._cursor() as cur:
             cur.execute(statement)
 
+    def disk_bytes(self, name):
+        """The database's size on disk (pg_database_size)."""
+        with self._cursor() as cur:
+            cur.execute('SELECT pg_database_size(%s)', (name,))
+            return cur.fetchone()[0]
+
     def create(self, name):
         self.drop(name)
         self._admin(f'CREATE DATABASE {name}')
@@ -213,16 +219,25 @@ class MariaDB:
             return self.host, self.port
         return '127.0.0.1', self.client_port
 
-    def _admin(self, statement):
+    def _admin(self, statement, params=None):
         conn = self.MySQLdb.connect(host=self.host, port=self.port,
                                     user=self.user, passwd=self.passwd)
         try:
             cur = conn.cursor()
-            cur.execute(statement)
+            cur.execute(statement, params)
             rows = cur.fetchall()
             return rows
         finally:
             conn.close()
+
+    def disk_bytes(self, name):
+        """The space InnoDB has allocated on disk for the schema's tables
+        (one tablespace file each, innodb_file_per_table)."""
+        rows = self._admin(
+            "SELECT SUM(allocated_size) FROM "
+            "information_schema.innodb_sys_tablespaces "
+            "WHERE SUBSTRING_INDEX(name, '/', 1) = %s", (name,))
+        return int(rows[0][0] or 0)
 
     def create(self, name):
         self.drop(name)
