@@ -16,13 +16,15 @@ MAX_LINES = 800
 #: ``base`` is what every part may use.
 BASE = ('relstorage.errors', 'relstorage.tids', 'relstorage.metrics',
         'relstorage.progress', 'relstorage.config.options',
-        'relstorage.config.replicas', 'relstorage.migrations')
+        'relstorage.config.replicas', 'relstorage.migrations',
+        'relstorage.pickles')
 PARTS = {
     'base': (),
     'relstorage.adapters': ('base',),
     'relstorage.blobs': ('base',),
     'relstorage.cache': ('base',),
     'relstorage.copy': ('base',),
+    'relstorage.mirror': ('base',),
     'relstorage.pack': ('base', 'relstorage.adapters'),
     'relstorage.storage': ('base', 'relstorage.adapters', 'relstorage.blobs',
                            'relstorage.cache', 'relstorage.pack'),
