@@ -351,3 +351,17 @@ def query(storage, sql):
         return [tuple(row) for row in cursor.fetchall()]
     finally:
         cm.close(conn, cursor)
+
+
+def write(storage, sql, params=()):
+    """Run ``sql`` with ``params`` in a write transaction of its own on
+    ``storage``'s database, and commit it."""
+    cm = storage._adapter.connmanager
+    conn = cm.connect()
+    cursor = conn.cursor()
+    try:
+        cm.begin_write(cursor, 'test')
+        cursor.execute(sql, params)
+        cm.commit(conn, cursor)
+    finally:
+        cm.close(conn, cursor)

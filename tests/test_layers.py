@@ -27,10 +27,11 @@ PARTS = {
     'relstorage.mirror': ('base',),
     'relstorage.pack': ('base', 'relstorage.adapters'),
     'relstorage.storage': ('base', 'relstorage.adapters', 'relstorage.blobs',
-                           'relstorage.cache', 'relstorage.pack'),
+                           'relstorage.cache', 'relstorage.mirror',
+                           'relstorage.pack'),
     'entry': ('base', 'relstorage.adapters', 'relstorage.blobs',
-              'relstorage.cache', 'relstorage.copy', 'relstorage.pack',
-              'relstorage.storage', 'entry'),
+              'relstorage.cache', 'relstorage.copy', 'relstorage.mirror',
+              'relstorage.pack', 'relstorage.storage', 'entry'),
 }
 #: The entry points: they build storages from text, a URI or a command
 #: line, and nothing else imports them.

@@ -541,6 +541,15 @@ def test_replica_files_are_refused(tmp_path):
     assert 'FAILOVER' in str(caught.value)
 
 
+def test_json_state_is_refused_at_start_up():
+    # The JSON mirror is not offered without a server to test it on.
+    from relstorage.errors import ConfigurationError
+    a = OracleAdapter(user='u', password='p', dsn='d')
+    with pytest.raises(ConfigurationError) as caught:
+        a.configure(Options(json_state=True))
+    assert str(caught.value).startswith('json-state: ')
+
+
 def test_the_password_shows_nowhere():
     a = adapter(True)
     with pytest.raises(Exception) as caught:

@@ -158,6 +158,29 @@ def test_round_trips(relayed, bound):
 BLOB_DOWNLOAD = {'postgresql': 2, 'mysql': 1}
 
 
+def test_the_json_mirror_adds_no_round_trip_to_a_commit(relayed):
+    """json-state: the mirror's rows ride in the commit's last round
+    trip."""
+    relay, open_ = relayed
+    db = ZODB.DB(open_(json_state=True))
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        root = conn.root()
+        root['doc'] = PersistentMapping(v=0)
+        tm.commit()
+
+        def one_object():
+            tm.begin()
+            root['doc']['v'] += 1
+            tm.commit()
+        assert _count(relay, one_object) == EXPECTED[
+            'one-object commit, its polls included']
+        conn.close()
+    finally:
+        db.close()
+
+
 def test_blob_download_round_trips(relayed, backend, tmp_path):
     import ZODB.blob
     relay, open_ = relayed

@@ -42,6 +42,9 @@ REVIEWED = {
         'statement constants of the code, no values',
     ('adapters/postgresql/drivers.py', 'self._sql(statement)'):
         'prepared-statement names and constants of the code',
+    ('adapters/postgresql/drivers.py', 'middle'):
+        "the JSON mirror's statements (adapters/mirror.py), constants of "
+        'the code with placeholders; the values are bound',
     ('adapters/postgresql/drivers.py', 'call'):
         'statement constants of the code; the values are bound',
     ('adapters/postgresql/drivers.py', 'then'):

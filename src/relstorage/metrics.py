@@ -35,6 +35,8 @@ COUNTERS = {
     'read_ahead_rows': 'rows loaded ahead of being asked for (read-ahead)',
     'read_ahead_unused': 'rows read ahead that their transaction never '
                          'asked for',
+    'json_unrendered': 'states committed with json-state that could not '
+                       'be rendered as JSON (their mirror row is null)',
 }
 
 
@@ -55,6 +57,7 @@ class Counters:
         self.conflicts_resolved += len(txn.resolved)
         self.objects_written += txn.stored()
         self.bytes_written += txn.written
+        self.json_unrendered += txn.unrendered
 
     def add_to(self, totals):
         for name in COUNTERS:

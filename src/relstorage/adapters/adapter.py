@@ -7,6 +7,9 @@ class Adapter:
     interfaces.IAdapter.configure)."""
 
     options = None
+    #: The JSON mirror's role (interfaces.IMirror), or None where the
+    #: database has none (json-state is then refused at start-up).
+    mirror = None
 
     def configure(self, options):
         if self.options is not None:
@@ -16,6 +19,11 @@ class Adapter:
                     f'{self.options!r}')
             return
         self._configure(options)
+        if options.json_state and self.mirror is None:
+            raise ConfigurationError(
+                f'json-state: the JSON mirror is not available on '
+                f'{type(self).__name__} (PostgreSQL, MySQL, MariaDB and '
+                f'SQLite have it)')
         self.options = options
         self.keep_history = options.keep_history
 

@@ -387,16 +387,20 @@ class ITransactionControl(Interface):
         "only where IPoller.poll_after_commit gave it: ``(begin, select, "
         "params)``, statements that run after the COMMIT in the same round "
         "trip (never when the COMMIT failed); then the callable returns "
-        "``(tid, rows of select)``.")
+        "``(tid, rows of select)``.  ``before``: ``[(sql, params)]`` that "
+        "run after the rows are in place and before the COMMIT, in the "
+        "same round trip (the JSON mirror's, IMirror.statements).")
 
     finish_restore = Attribute(
         "None, or a callable ``(cursor, tid, user, description, extension, "
-        "status, rows=None) -> tid`` that runs the last step of a restore "
+        "status, rows=None, before=()) -> tid`` that runs the last step "
+        "of a restore "
         "(commit lock, check that ``tid`` follows the last committed tid, "
         "else StorageTransactionError; record, move the staged rows or "
         "``rows`` as for finish_and_commit) in one call, without the "
         "COMMIT: the caller commits, or goes on with a restore batch.  Not "
-        "used for restores that carry blobs or two records of one object.")
+        "used for restores that carry two records of one object.  "
+        "``before`` as for finish_and_commit.")
 
     inline_limit = Attribute(
         "None, or ``(rows, bytes)``: a commit of at most that many rows and "
@@ -405,6 +409,20 @@ class ITransactionControl(Interface):
         "sending its rows with the last step (PostgreSQL truncates its "
         "staging table at every commit that wrote to it; on MySQL staging "
         "is a round trip and the staging table's insert and read).")
+
+
+class IMirror(Interface):
+    """The JSON mirror's rows (``object_json``): written by a commit of a
+    client with ``json-state``, after its rows are in place and before
+    its COMMIT."""
+
+    def statements(rows, deleted):
+        """``[(sql, params)]`` that write ``rows`` (``(zoid, module, name,
+        JSON text or None)``, each taking the tid of the object's current
+        revision) and remove the rows of the zoids ``deleted``."""
+
+    def write(cursor, rows, deleted):
+        """Run ``statements(rows, deleted)`` on ``cursor``."""
 
 
 class IHistory(Interface):

@@ -262,6 +262,13 @@ class Packer:
 
     #: Statements taking ``{in_list}`` of zoids and the pack tid.
     DELETE_GARBAGE = ()
+    #: The JSON mirror's rows of garbage (json-state), run after
+    #: DELETE_GARBAGE where the mirror has rows; same parameters.
+    DELETE_MIRROR = ('DELETE FROM object_json WHERE zoid IN ({in_list}) '
+                     'AND tid <= ?')
+    MIRROR_IN_USE = 'SELECT 1 FROM object_json LIMIT 1'
+    #: Whether this pack deletes mirror rows too (``check_mirror``).
+    mirror_in_use = False
     #: Statements taking (zoid, keep_tid) (history-preserving).
     DELETE_OLD = ()
     MARK_PACKED = None            # (pack_tid,): history-preserving
@@ -560,12 +567,26 @@ class Packer:
         without waiting (the others are being committed: not garbage)."""
         return zoids
 
+    def check_mirror(self, cursor):
+        """Whether the JSON mirror has rows, which the deletion of garbage
+        must remove too (one query a pack, where a statement a batch would
+        cost a round trip each for the databases without a mirror)."""
+        self.mirror_in_use = bool(
+            self._run(cursor, self.MIRROR_IN_USE).fetchall())
+        return self.mirror_in_use
+
+    def garbage_statements(self):
+        """DELETE_GARBAGE, and DELETE_MIRROR where the mirror has rows."""
+        if self.mirror_in_use:
+            return self.DELETE_GARBAGE + (self.DELETE_MIRROR,)
+        return self.DELETE_GARBAGE
+
     def delete_garbage(self, cursor, zoids, pack_tid):
         """Remove every revision at or before ``pack_tid`` of the objects
         of ``zoids`` that can be locked at once; returns how many."""
         zoids = self.lock_garbage(cursor, zoids, pack_tid)
         for chunk in batched(zoids, 500):
-            for statement in self.DELETE_GARBAGE:
+            for statement in self.garbage_statements():
                 self._run_in(cursor, statement, chunk, after=(pack_tid,))
         return len(zoids)
 

@@ -25,11 +25,14 @@ from zope.interface import implementer
 #: The version this code reads and writes.
 SCHEMA_VERSION = migrations.LATEST
 
-#: The tables of packing (step 0003-pack), the leases (step 0004-lease:
-#: the pack lock on MySQL) and the revisions a pack could not read (step
-#: 0006-unreadable), in every database.
-PACK_TABLES = ('object_ref', 'pack_state', 'pack_run', 'pack_object',
-               'pack_reached', 'lease', 'pack_unreadable')
+#: The tables the steps after version 1 add, in every database: packing
+#: (step 0003-pack), the leases (step 0004-lease: the pack lock on MySQL),
+#: the revisions a pack could not read (step 0006-unreadable) and the
+#: JSON mirror (0007-json).
+STEP_TABLES = ('object_ref', 'pack_state', 'pack_run', 'pack_object',
+               'pack_reached', 'lease', 'pack_unreadable',
+               # Step 0007-json: the JSON mirror.
+               'object_json')
 
 
 def sql_statements(path):

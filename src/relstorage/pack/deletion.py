@@ -79,6 +79,7 @@ class DeletionSteps:
             self.catch_up(run)
             self._stop_gc_if_blocked(run)
         self.write(lambda: packer.mark_packed(cursor, run.pack_tid))
+        self.read(lambda: packer.check_mirror(cursor))
         pacer = _Pacer(options, self._last_tid, packer.counts_waiters)
         # Whether this pack removes all it should from its analysis on: a
         # later pack may then build on it (Packer.base).  Not after an

@@ -30,6 +30,7 @@ from ZODB.POSException import StorageTransactionError
 from ZODB.utils import p64
 
 from relstorage.blobs.base import no_blob_dir
+from relstorage.mirror.render import render
 from relstorage.tids import choose_tid
 
 #: Buffered pickle bytes past which rows are uploaded before vote.
@@ -58,8 +59,15 @@ class PendingTransaction:
     tpc_finish or tpc_abort."""
 
     def __init__(self, adapter, conn, cursor, transaction, tid=None,
-                 status=' ', blob_support=None, oid_pool=None):
+                 status=' ', blob_support=None, oid_pool=None,
+                 json_state=False):
         self.adapter = adapter
+        #: The JSON mirror (json-state): ``{oid: (module, name, JSON text
+        #: or None)}`` of the states stored, the oids deleted, and how many
+        #: states could not be rendered; None without json-state.
+        self.mirror = {} if json_state else None
+        self.mirror_deleted = set()
+        self.unrendered = 0
         #: The storage's relstorage.storage.oidpool.OIDPool (for ensure_above).
         self.oid_pool = oid_pool
         #: The storage's relstorage.blobs support, or None (no blob-dir).
@@ -130,6 +138,8 @@ class PendingTransaction:
             self._order[oid] = self._next_ord
             self._next_ord += 1
         self._rows[oid] = (prev_tid, state, data_txn)
+        if self.mirror is not None:
+            self._mirror(oid, state)
         if prev_tid is not None:
             self._based_on[oid] = prev_tid
         if state is None and prev_tid:
@@ -143,6 +153,28 @@ class PendingTransaction:
             self.written += len(state)
         if self._buffered >= SPILL_BYTES:
             self.upload()
+
+    def _mirror(self, oid, state):
+        """Render ``state`` (the last stored for ``oid``) for the JSON
+        mirror.  Never raises: a state that cannot be rendered gets a null
+        and is counted."""
+        if state is None:
+            self.mirror.pop(oid, None)
+            self.mirror_deleted.add(oid)
+            return
+        found = render(state)
+        if found.error is not None:
+            self.unrendered += 1
+        self.mirror[oid] = (found.module, found.name, found.json)
+        self.mirror_deleted.discard(oid)
+
+    def _mirror_statements(self):
+        """The statements that write the mirror's rows, or ()."""
+        if not self.mirror and not self.mirror_deleted:
+            return ()
+        return self.adapter.mirror.statements(
+            [(oid, *row) for oid, row in self.mirror.items()],
+            sorted(self.mirror_deleted))
 
     def own_tid(self, serial):
         """History-free restore: what stages as the row's ``data_txn`` for
@@ -293,6 +325,8 @@ class PendingTransaction:
                 mover.replace_temp(cursor, oid, committed_tid, resolved)
             if memory is not None:
                 memory[oid] = resolved
+            if self.mirror is not None:
+                self._mirror(oid, resolved)
             self.resolved.append(p64(oid))
         if blobs is not None:
             blobs.locked(cursor)
@@ -341,13 +375,14 @@ class PendingTransaction:
                 rows = [(oid, prev_tid, state, data_txn)
                         for oid, (prev_tid, state, data_txn)
                         in self._rows.items()]
+            before = self._mirror_statements()
             if then is None:
                 return adapter.txncontrol.finish_and_commit(
                     cursor, self.user, self.description, self.extension,
-                    self.status, rows=rows)
+                    self.status, rows=rows, before=before)
             tid, self.after_commit = adapter.txncontrol.finish_and_commit(
                 cursor, self.user, self.description, self.extension,
-                self.status, rows=rows, then=then)
+                self.status, rows=rows, then=then, before=before)
             return tid
         if (self.requested_tid is not None and not self.superseded
                 and adapter.txncontrol.finish_restore is not None):
@@ -371,6 +406,8 @@ class PendingTransaction:
         adapter.mover.move_from_temp(cursor, tid)
         if self.superseded:
             adapter.mover.store_superseded(cursor, tid, self.superseded)
+        for sql, params in self._mirror_statements():
+            cursor.execute(sql, params)
         if self.max_oid >= 0 and (allocated_through is None
                                   or self.max_oid > allocated_through):
             # Only oids the allocator never handed out (restore, explicit
@@ -400,7 +437,8 @@ class PendingTransaction:
             self.blobs.publish(cursor, self.requested_tid)
         tid = adapter.txncontrol.finish_restore(
             cursor, self.requested_tid, self.user, self.description,
-            self.extension, self.status, rows=rows)
+            self.extension, self.status, rows=rows,
+            before=self._mirror_statements())
         if commit:
             adapter.connmanager.commit(self.conn, cursor)
         elif rows is None:

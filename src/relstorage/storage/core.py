@@ -570,7 +570,8 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods,
                 cursor = self._begin_store()
             self._txn = PendingTransaction(
                 self._adapter, self._store_conn, cursor, transaction,
-                requested, status, self._blobs, self._oids)
+                requested, status, self._blobs, self._oids,
+                json_state=self._options.json_state)
             if self._batch_from is not None:    # holds the commit lock
                 self._txn.last_committed = u64(self._ltid)
 

@@ -18,6 +18,7 @@ from .blobs import MySQLBlobMover
 from .connection import MySQLConnectionManager
 from .connection import describe_params
 from .drivers import select_driver
+from .mirror import MySQLMirror
 from .oids import MySQLOIDAllocator
 from .schema import MySQLSchema
 
@@ -74,6 +75,7 @@ class MySQLAdapter(Adapter):
             self.driver, self._params, options.commit_lock_timeout)
         cm.use_replicas(*replica_lists(options))
         self.schema = MySQLSchema(cm, hp)
+        self.mirror = MySQLMirror(hp)
         self.oids = MySQLOIDAllocator()
         self.blobs = MySQLBlobMover(cm)
         if hp:

@@ -214,7 +214,7 @@ class _MySQLPacker(Packer):
         zoids = self.lock_garbage(cursor, zoids, pack_tid)
         if zoids:
             self._batch(cursor, zoids)
-            for statement in self.DELETE_GARBAGE:
+            for statement in self.garbage_statements():
                 cursor.execute(statement, (pack_tid,))
         return len(zoids)
 
@@ -267,6 +267,7 @@ class HistoryPreservingPacker(HistoryPreservingMixin, _MySQLPacker):
         SELECT zoid FROM current_object
         WHERE zoid IN ({in_list})
         FOR UPDATE SKIP LOCKED"""
+    DELETE_MIRROR = _DELETE_GARBAGE.format(table='object_json')
     DELETE_GARBAGE = tuple(_DELETE_GARBAGE.format(table=table) for table in (
         'object_state', 'object_ref', 'object_blob')) + (
         # The current revision, the newest, is at or before the pack tid:
@@ -296,5 +297,6 @@ class HistoryFreePacker(HistoryFreeMixin, _MySQLPacker):
         SELECT zoid FROM object_state
         WHERE zoid IN ({in_list})
         FOR UPDATE SKIP LOCKED"""
+    DELETE_MIRROR = _DELETE_GARBAGE.format(table='object_json')
     DELETE_GARBAGE = tuple(_DELETE_GARBAGE.format(table=table) for table in (
         'object_state', 'object_ref', 'object_blob'))

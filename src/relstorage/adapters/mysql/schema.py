@@ -2,7 +2,7 @@
 import contextlib
 import os
 
-from relstorage.adapters.schema import PACK_TABLES
+from relstorage.adapters.schema import STEP_TABLES
 from relstorage.adapters.schema import Schema
 from relstorage.errors import CommitLockTimeoutError
 
@@ -13,11 +13,11 @@ ER_NOT_SUPPORTED_YET = 1235
 
 TABLES = ('schema_version', 'commit_row', 'new_oid', 'transaction_log',
           'object_state', 'superseded_state', 'current_object',
-          'blob_chunk', 'object_blob') + PACK_TABLES
+          'blob_chunk', 'object_blob') + STEP_TABLES
 
 #: The tables that hold data (zap_all empties them).
 DATA_TABLES = ('object_state', 'superseded_state', 'current_object',
-               'transaction_log', 'object_blob', 'blob_chunk') + PACK_TABLES
+               'transaction_log', 'object_blob', 'blob_chunk') + STEP_TABLES
 
 
 class MySQLSchema(Schema):

@@ -75,7 +75,7 @@ class _MySQLTransactionControl(TransactionControl):
             + self._restore_tail)
 
     def finish_and_commit(self, cursor, user, description, extension,
-                          status, rows=None, then=None):
+                          status, rows=None, then=None, before=()):
         """The whole last step and the COMMIT in one round trip; returns
         the tid, or with ``then`` (``(begin, select, params)``, see
         ITransactionControl) the tid and ``select``'s rows, in the same
@@ -85,8 +85,13 @@ class _MySQLTransactionControl(TransactionControl):
             params = (status == 'p', user, description, extension)
         guard, committed = self._connmanager.guarded_commit()
         tail = [*guard, f'SELECT @relstorage_tid, {committed}']
-        if rows is not None:
-            batch = ';\n'.join(self._head + self._move_rows(rows) + tail)
+        if rows is not None or before:
+            moves = (self._moves if rows is None
+                     else self._move_rows(rows))
+            batch = ';\n'.join(self._head + moves
+                               + [sql for sql, _ in before] + tail)
+            for _, more in before:
+                params += tuple(more)
         else:
             batch = self._finish.get(guard)
             if batch is None:
@@ -107,7 +112,7 @@ class _MySQLTransactionControl(TransactionControl):
 
 
     def finish_restore(self, cursor, tid, user, description, extension,
-                       status, rows=None):
+                       status, rows=None, before=()):
         """The last step of a restore at ``tid`` in one round trip, without
         the COMMIT; returns the tid."""
         params = (tid,)
@@ -115,6 +120,10 @@ class _MySQLTransactionControl(TransactionControl):
             params += (status == 'p', user, description, extension)
         batch = self._restore if rows is None else ';\n'.join(
             self._restore_head + self._move_rows(rows) + self._restore_tail)
+        if before:
+            batch = ';\n'.join([batch] + [sql for sql, _ in before])
+            for _, more in before:
+                params += tuple(more)
         last = int(run_batch(cursor, batch, params)[0][0][0])
         if tid <= last:
             from ZODB.POSException import StorageTransactionError

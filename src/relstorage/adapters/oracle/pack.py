@@ -56,6 +56,8 @@ _numbered = functools.lru_cache(maxsize=None)(numbered)
 
 class _OraclePacker(Packer):
 
+    MIRROR_IN_USE = 'SELECT 1 FROM object_json FETCH FIRST 1 ROWS ONLY'
+
     # Garbage skipped when a committer holds its row (see lock_garbage).
     LOCK_GARBAGE = None          # format with {in_list}
     DOOMED_GC = """

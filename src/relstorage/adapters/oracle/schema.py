@@ -15,7 +15,7 @@ import contextlib
 import os
 import re
 
-from relstorage.adapters.schema import PACK_TABLES
+from relstorage.adapters.schema import STEP_TABLES
 from relstorage.adapters.schema import SCHEMA_VERSION
 from relstorage.adapters.schema import Schema
 
@@ -23,11 +23,11 @@ from .drivers import error_code
 
 TABLES = ('schema_version', 'commit_row', 'transaction_log', 'object_state',
           'superseded_state', 'current_object', 'temp_store', 'blob_chunk',
-          'object_blob') + PACK_TABLES
+          'object_blob') + STEP_TABLES
 
 #: The tables that hold data (zap_all empties them).
 DATA_TABLES = ('object_state', 'superseded_state', 'current_object',
-               'transaction_log', 'object_blob', 'blob_chunk') + PACK_TABLES
+               'transaction_log', 'object_blob', 'blob_chunk') + STEP_TABLES
 
 #: "name is already used by an existing object", "unique constraint
 #: violated" (a row inserted by another creator), "such column list already

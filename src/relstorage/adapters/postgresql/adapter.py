@@ -18,6 +18,7 @@ from .connection import SNAPSHOT_BEGIN_WRITABLE
 from .connection import describe_dsn
 from .drivers import RESULT_EMPTIED
 from .drivers import select_driver
+from .mirror import PostgreSQLMirror
 from .oids import PostgreSQLOIDAllocator
 from .schema import PostgreSQLSchema
 
@@ -67,6 +68,7 @@ class PostgreSQLAdapter(Adapter):
             driver, self._dsn, options.commit_lock_timeout)
         cm.use_replicas(*replica_lists(options))
         self.schema = PostgreSQLSchema(cm, hp)
+        self.mirror = PostgreSQLMirror(hp)
         self.oids = PostgreSQLOIDAllocator()
         self.blobs = PostgreSQLBlobMover(driver)
         if hp:

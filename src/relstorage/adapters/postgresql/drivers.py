@@ -276,15 +276,17 @@ class Psycopg2Driver:
         cursor.execute('; '.join([*statements, sql]), params)
 
     def call_and_commit(self, cursor, call, params, then=_RESULT,
-                        then_params=()):
-        """``call`` (a SELECT of one value), COMMIT and ``then`` in one
-        round trip; returns the rows of ``then``'s last statement, where
-        ``RESULT`` is the value of ``call``.  psycopg2 binds on the client
-        and sends several statements as one query; the value survives the
-        COMMIT in a session setting."""
+                        then_params=(), before=()):
+        """``call`` (a SELECT of one value), the statements of ``before``
+        (``[(sql, params)]``), COMMIT and ``then`` in one round trip;
+        returns the rows of ``then``'s last statement, where ``RESULT`` is
+        the value of ``call``.  psycopg2 binds on the client and sends
+        several statements as one query; the value survives the COMMIT in
+        a session setting."""
+        middle, params = _before(params, then_params, before)
         cursor.execute(
             f"SELECT set_config('relstorage.result', ({call})::text, "
-            f"false); COMMIT; {then}", params + then_params)
+            f"false); {middle}COMMIT; {then}", params)
         return cursor.fetchall()
 
     def can_copy(self):
@@ -317,6 +319,15 @@ class Psycopg2Driver:
         """``COPY ... TO STDOUT`` (``statement``), handing the stream to
         ``write`` piece by piece as it arrives."""
         cursor.copy_expert(statement, _Writer(write))
+
+
+def _before(params, then_params, before):
+    """``call_and_commit``'s statements between the call and the COMMIT,
+    and the parameters of the whole query in order."""
+    middle = ''.join(f'{sql}; ' for sql, _ in before)
+    for _, more in before:
+        params = tuple(params) + tuple(more)
+    return middle, tuple(params) + tuple(then_params)
 
 
 class PsycopgDriver:
@@ -385,10 +396,11 @@ class PsycopgDriver:
             cursor.execute(sql, params)
 
     def call_and_commit(self, cursor, call, params, then=_RESULT,
-                        then_params=()):
+                        then_params=(), before=()):
+        middle, params = _before(params, then_params, before)
         return self._last_result(
             cursor, f"SELECT set_config('relstorage.result', ({call})::text, "
-            f"false); COMMIT; {then}", params + then_params)
+            f"false); {middle}COMMIT; {then}", params)
 
     def copy_in(self, cursor, table, columns, rows):
         with cursor.copy(

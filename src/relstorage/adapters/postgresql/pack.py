@@ -57,6 +57,8 @@ class PackLease(lease.PackLease):
 class _PostgreSQLPacker(Packer):
 
     PARAM = '%s'
+    DELETE_MIRROR = ('DELETE FROM object_json WHERE zoid = ANY(%s) '
+                     'AND tid <= %s')
     CLEAR_REFS = 'TRUNCATE object_ref'
     CLEAR_RUN = ('TRUNCATE pack_run, pack_object, pack_reached',)
     DROP_REFS = 'DELETE FROM object_ref WHERE zoid = ANY(%s)'
@@ -193,7 +195,7 @@ class _PostgreSQLPacker(Packer):
     def delete_garbage(self, cursor, zoids, pack_tid):
         zoids = self.lock_garbage(cursor, zoids, pack_tid)
         if zoids:
-            for statement in self.DELETE_GARBAGE:
+            for statement in self.garbage_statements():
                 cursor.execute(statement, (zoids, pack_tid))
         return len(zoids)
 

@@ -2,18 +2,18 @@
 import contextlib
 import os
 
-from relstorage.adapters.schema import PACK_TABLES
+from relstorage.adapters.schema import STEP_TABLES
 from relstorage.adapters.schema import Schema
 
 from .transactions import FUNCTIONS
 
 TABLES = ('schema_version', 'commit_row', 'transaction_log', 'object_state',
           'superseded_state', 'current_object', 'blob_chunk',
-          'object_blob') + PACK_TABLES
+          'object_blob') + STEP_TABLES
 
 #: The tables that hold data (zap_all empties them).
 DATA_TABLES = ('object_state', 'superseded_state', 'current_object',
-               'transaction_log', 'object_blob', 'blob_chunk') + PACK_TABLES
+               'transaction_log', 'object_blob', 'blob_chunk') + STEP_TABLES
 
 #: The advisory lock (an arbitrary constant) that serialises processes
 #: creating the schema at the same time.

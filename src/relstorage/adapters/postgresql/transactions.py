@@ -166,7 +166,7 @@ class _PostgreSQLTransactionControl(TransactionControl):
             statements='\n'.join(statements))
 
     def finish_and_commit(self, cursor, user, description, extension,
-                          status, rows=None, then=None):
+                          status, rows=None, then=None, before=()):
         """The whole last step and the COMMIT; returns the tid, or with
         ``then`` (``(begin, select, params)``, see ITransactionControl) the
         tid and ``select``'s rows, all in one round trip."""
@@ -180,10 +180,11 @@ class _PostgreSQLTransactionControl(TransactionControl):
                        oid_array([row[3] for row in rows]))
         if then is None:
             if self.read_result is not None:
-                found = self.driver.call_and_commit(cursor, call, params,
-                                                    self.read_result)
+                found = self.driver.call_and_commit(
+                    cursor, call, params, self.read_result, before=before)
             else:
-                found = self.driver.call_and_commit(cursor, call, params)
+                found = self.driver.call_and_commit(cursor, call, params,
+                                                    before=before)
             return int(found[0][0])
         begin, select, then_params = then
         # psycopg2 returns only the last statement's rows: the tid rides
@@ -191,13 +192,13 @@ class _PostgreSQLTransactionControl(TransactionControl):
         found = self.driver.call_and_commit(
             cursor, call, params,
             f'{begin}; SELECT {_TID_KEY}, {RESULT} UNION ALL {select}',
-            then_params)
+            then_params, before=before)
         tid = next(row[1] for row in found if row[0] == _TID_KEY)
         return tid, [row for row in found if row[0] != _TID_KEY]
 
 
     def finish_restore(self, cursor, tid, user, description, extension,
-                       status, rows=None):
+                       status, rows=None, before=()):
         """The last step of a restore at ``tid`` (the rows staged, or
         ``rows``), without the COMMIT; returns the tid."""
         params = (tid, user, description, extension, status == 'p')
@@ -218,7 +219,10 @@ class _PostgreSQLTransactionControl(TransactionControl):
             raise StorageTransactionError(
                 str(getattr(e, 'diag', None) and e.diag.message_primary
                     or e).strip()) from None
-        return cursor.fetchone()[0]
+        tid = cursor.fetchone()[0]
+        for sql, more in before:
+            cursor.execute(sql, more)
+        return tid
 
 
 class HistoryPreservingTransactionControl(_PostgreSQLTransactionControl):

@@ -11,6 +11,7 @@ from relstorage.adapters.interfaces import IAdapter
 from relstorage.adapters.interfaces import ICapabilities
 from relstorage.config.options import convert_section
 from relstorage.errors import ConfigurationError
+from relstorage.adapters.mirror import Mirror
 from zope.interface import implementer
 
 from . import history
@@ -86,6 +87,7 @@ class SQLiteAdapter(Adapter):
         self.connmanager = cm = SQLiteConnectionManager(
             self.driver, self.path, self.pragmas, options.commit_lock_timeout)
         self.schema = SQLiteSchema(cm, hp)
+        self.mirror = Mirror(hp)
         self.locker = SQLiteLocker(cm)
         self.oids = SQLiteOIDAllocator(cm)
         self.blobs = SQLiteBlobMover()

@@ -3,16 +3,16 @@ import contextlib
 import os
 import time
 
-from relstorage.adapters.schema import PACK_TABLES
+from relstorage.adapters.schema import STEP_TABLES
 from relstorage.adapters.schema import Schema
 
 TABLES = ('schema_version', 'commit_row', 'oid_counter', 'transaction_log',
           'object_state', 'superseded_state', 'current_object',
-          'blob_chunk', 'object_blob') + PACK_TABLES
+          'blob_chunk', 'object_blob') + STEP_TABLES
 
 #: The tables that hold data (zap_all empties them).
 DATA_TABLES = ('object_state', 'superseded_state', 'current_object',
-               'transaction_log', 'object_blob', 'blob_chunk') + PACK_TABLES
+               'transaction_log', 'object_blob', 'blob_chunk') + STEP_TABLES
 
 
 class SQLiteSchema(Schema):

@@ -1,0 +1,256 @@
+"""The JSON mirror (json-state): each commit writes the JSON of what it
+stores beside the pickles, in the same database transaction, on every
+backend and history mode; loads never read it."""
+import datetime
+import json
+import time
+
+import pytest
+import transaction
+import ZODB
+from BTrees.Length import Length
+from persistent.mapping import PersistentMapping
+from ZODB.blob import Blob
+from ZODB.serialize import referencesf
+from ZODB.utils import u64
+
+from backends import query
+from backends import write
+from relstorage.errors import ConfigurationError
+from relstorage.mirror.render import render
+from relstorage.storage import commit as commit_module
+
+
+def _rows(storage):
+    """``{zoid: (tid, module, name, state as Python)}`` of object_json."""
+    found = {}
+    for zoid, tid, module, name, state in query(
+            storage, 'SELECT zoid, tid, class_module, class_name, state '
+                     'FROM object_json'):
+        if isinstance(state, (str, bytes)):
+            state = json.loads(state)
+        found[zoid] = (tid, module, name, state)
+    return found
+
+
+def _expected(storage):
+    """What the mirror should hold: every current object's state rendered
+    (objects without a state have no row)."""
+    expected = {}
+    for zoid, tid, state in _current(storage):
+        if state is None:
+            continue
+        found = render(bytes(state))
+        expected[zoid] = (tid, found.module, found.name,
+                          None if found.json is None
+                          else json.loads(found.json))
+    return expected
+
+
+def _current(storage):
+    table = ('current_object c JOIN object_state o ON o.zoid = c.zoid '
+             'AND o.tid = c.tid' if storage._options.keep_history
+             else 'object_state o')
+    return query(storage, f'SELECT o.zoid, o.tid, o.state FROM {table}')
+
+
+def test_every_commit_writes_the_json_of_what_it_stores(open_storage):
+    storage = open_storage(json_state=True)
+    db = ZODB.DB(storage)
+    conn = db.open()
+    root = conn.root()
+    root['doc'] = PersistentMapping({
+        'title': 'Front page', 'when': datetime.date(2026, 11, 28),
+        'tags': ('a', 'b')})
+    root['count'] = Length(3)
+    transaction.commit()
+    rows = _rows(storage)
+    assert rows == _expected(storage)
+    doc_oid = u64(root['doc']._p_oid)
+    tid, module, name, state = rows[doc_oid]
+    assert (module, name) == ('persistent.mapping', 'PersistentMapping')
+    assert state == {'data': {'title': 'Front page',
+                              'when': {'!date': '2026-11-28'},
+                              'tags': {'!t': ['a', 'b']}}}
+    assert tid == u64(root['doc']._p_serial)
+    # A change replaces the row, with the new revision's tid.
+    root['doc']['title'] = 'Home'
+    transaction.commit()
+    rows = _rows(storage)
+    assert rows[doc_oid][0] == u64(root['doc']._p_serial) != tid
+    assert rows[doc_oid][3]['data']['title'] == 'Home'
+    assert rows == _expected(storage)
+    conn.close()
+    db.close()
+
+
+def test_without_json_state_nothing_is_written(open_storage):
+    storage = open_storage()
+    db = ZODB.DB(storage)
+    conn = db.open()
+    conn.root()['x'] = PersistentMapping()
+    transaction.commit()
+    assert _rows(storage) == {}
+    conn.close()
+    db.close()
+
+
+def test_the_paths_of_a_commit_all_write_it(open_storage, monkeypatch,
+                                            tmp_path):
+    """A commit finished in one call with its rows, one whose rows were
+    staged (spilled past SPILL_BYTES), and one with a blob (the
+    step-by-step finish)."""
+    storage = open_storage(json_state=True, blob_dir=str(tmp_path / 'b'),
+                           shared_blob_dir=False)
+    db = ZODB.DB(storage)
+    conn = db.open()
+    root = conn.root()
+    root['small'] = PersistentMapping({'n': 1})
+    transaction.commit()
+    monkeypatch.setattr(commit_module, 'SPILL_BYTES', 100)
+    root['big'] = PersistentMapping(
+        {i: PersistentMapping({'body': 'x' * 200}) for i in range(20)})
+    transaction.commit()
+    monkeypatch.undo()
+    root['file'] = Blob(b'attachment')
+    transaction.commit()
+    rows = _rows(storage)
+    assert rows == _expected(storage)
+    assert len(rows) == 24
+    assert rows[u64(root['file']._p_oid)][1:3] == ('ZODB.blob', 'Blob')
+    conn.close()
+    db.close()
+
+
+def test_conflict_resolution_and_deletion(open_storage):
+    storage = open_storage(json_state=True)
+    db = ZODB.DB(storage)
+    first = db.open()
+    first.root()['count'] = Length(0)
+    first.root()['gone'] = PersistentMapping()
+    transaction.commit()
+    other = transaction.TransactionManager()
+    second = db.open(other)
+    first.root()['count'].change(1)
+    second.root()['count'].change(10)
+    transaction.commit()
+    other.commit()      # resolved at vote: 11
+    count = u64(first.root()['count']._p_oid)
+    assert _rows(storage)[count][3] == 11
+    gone = first.root()['gone']._p_oid
+    del first.root()['gone']
+    transaction.commit()
+    # IExternalGC: the object itself goes, and its row with it.
+    txn = transaction.Transaction()
+    storage.tpc_begin(txn)
+    storage.deleteObject(gone, storage.load(gone)[1], txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    assert u64(gone) not in _rows(storage)
+    assert _rows(storage) == _expected(storage)
+    first.close()
+    second.close()
+    db.close()
+
+
+def test_undo_writes_the_state_it_restores(open_storage, keep_history):
+    if not keep_history:
+        pytest.skip('history-free storages do not undo')
+    storage = open_storage(json_state=True)
+    db = ZODB.DB(storage)
+    conn = db.open()
+    conn.root()['doc'] = doc = PersistentMapping({'v': 1})
+    transaction.commit()
+    doc['v'] = 2
+    transaction.commit()
+    db.undo(storage.undoLog(0, 1)[0]['id'])
+    transaction.commit()
+    assert _rows(storage)[u64(doc._p_oid)][3] == {'data': {'v': 1}}
+    assert _rows(storage) == _expected(storage)
+    conn.close()
+    db.close()
+
+
+def test_pack_removes_the_rows_of_garbage(open_storage):
+    storage = open_storage(json_state=True)
+    db = ZODB.DB(storage)
+    conn = db.open()
+    root = conn.root()
+    root['keep'] = PersistentMapping()
+    root['drop'] = PersistentMapping({'child': PersistentMapping()})
+    transaction.commit()
+    dropped = [u64(root['drop']._p_oid), u64(root['drop']['child']._p_oid)]
+    del root['drop']
+    transaction.commit()
+    assert set(dropped) <= set(_rows(storage))
+    storage.pack(time.time() + 1, referencesf)
+    rows = _rows(storage)
+    assert not set(dropped) & set(rows)
+    assert rows == _expected(storage)
+    conn.close()
+    db.close()
+
+
+def test_a_restored_database_has_its_mirror(open_storage, tmp_path):
+    from ZODB.FileStorage import FileStorage
+    source = FileStorage(str(tmp_path / 'Data.fs'))
+    sdb = ZODB.DB(source)
+    conn = sdb.open()
+    conn.root()['a'] = PersistentMapping({'x': [1, 2]})
+    transaction.commit()
+    conn.root()['a']['x'] = [3]
+    transaction.commit()
+    conn.close()
+    storage = open_storage(json_state=True)
+    storage.copyTransactionsFrom(source)
+    sdb.close()
+    rows = _rows(storage)
+    assert rows == _expected(storage)
+    assert {'data': {'x': [3]}} in [row[3] for row in rows.values()]
+
+
+def test_a_state_that_cannot_be_rendered_commits_with_a_null(open_storage):
+    storage = open_storage(json_state=True)
+    txn = transaction.Transaction()
+    storage.tpc_begin(txn)
+    oid = storage.new_oid()
+    # A class pickle and no state: no JSON, no error.
+    storage.store(oid, None, b'\x80\x03cpersistent.mapping\n'
+                  b'PersistentMapping\nq\x00.', '', txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    tid, module, name, state = _rows(storage)[u64(oid)]
+    assert (module, name, state) == ('persistent.mapping',
+                                     'PersistentMapping', None)
+    assert storage.metrics()['json_unrendered'] == 1
+
+
+def test_a_hand_edited_json_row_changes_nothing_a_client_loads(
+        open_storage, tmp_path):
+    storage = open_storage(json_state=True)
+    db = ZODB.DB(storage)
+    conn = db.open()
+    conn.root()['doc'] = PersistentMapping({'title': 'kept'})
+    transaction.commit()
+    oid = conn.root()['doc']._p_oid
+    before = storage.load(oid)
+    marker = tmp_path / 'ran'
+    crafted = json.dumps({'!call': 'os.system',
+                          '!args': [f'touch {marker}']})
+    p = storage._adapter.mirror.PARAM
+    write(storage, f'UPDATE object_json SET state = {p}, class_module = {p} '
+                   f'WHERE zoid = {p}', (crafted, 'os', u64(oid)))
+    storage._cache.clear()
+    assert storage.load(oid) == before
+    other = db.open(transaction.TransactionManager())
+    assert other.get(oid)['title'] == 'kept'
+    assert not marker.exists()
+    other.close()
+    conn.close()
+    db.close()
+
+
+def test_json_state_is_checked_at_start_up():
+    with pytest.raises(ConfigurationError, match='json-state'):
+        from relstorage.config.options import Options
+        Options(json_state='maybe')
