@@ -357,3 +357,9 @@ def test_pymysql_makes_its_default_tls_context_once(monkeypatch):
     # At most the first connection of the process made one (an earlier
     # test may have made it already).
     assert len(made) <= 1
+
+
+def test_json_state_is_a_boolean():
+    with pytest.raises(ConfigurationError, match='^json-state: '):
+        Options(json_state='maybe')
+    assert Options(json_state='yes').json_state is True

@@ -16,9 +16,16 @@ from ZODB.utils import u64
 
 from backends import query
 from backends import write
-from relstorage.errors import ConfigurationError
+from relstorage.mirror import fill as fill_module
 from relstorage.mirror.render import render
+from relstorage.progress import Progress
 from relstorage.storage import commit as commit_module
+
+
+@pytest.fixture(autouse=True)
+def _has_mirror(backend):
+    if not backend.capabilities().json_mirror:
+        pytest.skip('json-state is not offered on this database')
 
 
 def _rows(storage):
@@ -250,7 +257,100 @@ def test_a_hand_edited_json_row_changes_nothing_a_client_loads(
     db.close()
 
 
-def test_json_state_is_checked_at_start_up():
-    with pytest.raises(ConfigurationError, match='json-state'):
-        from relstorage.config.options import Options
-        Options(json_state='maybe')
+# -- relstorage-mirror's fill -----------------------------------------------
+
+def _build_without_mirror(storage, count):
+    db = ZODB.DB(storage)
+    conn = db.open()
+    root = conn.root()
+    for i in range(count):
+        root[i] = PersistentMapping({'n': i})
+    transaction.commit()
+    return db, conn
+
+
+class _StopAfter(Progress):
+    """A Progress that asks to stop after ``batches`` batches."""
+
+    def __init__(self, batches):
+        super().__init__('mirror')
+        self.batches = batches
+
+    def stop_requested(self):
+        return self.done >= self.batches * 7
+
+
+def test_fill_writes_what_commits_without_json_state_left_out(
+        open_storage):
+    storage = open_storage()
+    db, conn = _build_without_mirror(storage, 30)
+    adapter = storage._adapter
+    assert fill_module.check(adapter) == {
+        'objects': 31, 'rows': 0, 'current': 0, 'behind': 31, 'orphans': 0}
+    counts = fill_module.fill(adapter, batch=7)
+    assert (counts['rendered'], counts['orphans']) == (31, 0)
+    assert _rows(storage) == _expected(storage)
+    # A client without json-state changes one object and deletes another.
+    conn.root()[3]['n'] = 'changed'
+    transaction.commit()
+    gone = conn.root()[4]._p_oid
+    txn = transaction.Transaction()
+    storage.tpc_begin(txn)
+    storage.deleteObject(gone, storage.load(gone)[1], txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    found = fill_module.check(adapter)
+    # Object 3's row is behind; object 4's is an orphan.
+    assert (found['behind'], found['orphans']) == (1, 1)
+    counts = fill_module.fill(adapter, batch=7)
+    assert (counts['rendered'], counts['orphans']) == (1, 1)
+    assert _rows(storage) == _expected(storage)
+    assert fill_module.check(adapter)['behind'] == 0
+    conn.close()
+    db.close()
+
+
+def test_a_stopped_fill_goes_on_where_it_stopped(open_storage):
+    storage = open_storage()
+    db, conn = _build_without_mirror(storage, 30)
+    adapter = storage._adapter
+    first = fill_module.fill(adapter, batch=7, progress=_StopAfter(2))
+    assert first['stopped'] and first['rendered'] == 14
+    assert len(_rows(storage)) == 14
+    rest = fill_module.fill(adapter, batch=7)
+    assert not rest['stopped'] and rest['rendered'] == 31 - 14
+    assert _rows(storage) == _expected(storage)
+    conn.close()
+    db.close()
+
+
+def test_a_commit_during_the_fill_wins(open_storage, monkeypatch):
+    """An object committed (with json-state) between the fill's read and
+    its write keeps the commit's row, not the older one the fill
+    rendered."""
+    storage = open_storage()
+    db, conn = _build_without_mirror(storage, 10)
+    writer = open_storage(json_state=True)
+    wdb = ZODB.DB(writer)
+    tm = transaction.TransactionManager()
+    wconn = wdb.open(tm)
+    changed = []
+    real_render = fill_module.render
+
+    def render_then_commit(state):
+        found = real_render(state)
+        if not changed:
+            wconn.root()[5]['n'] = 'newer'
+            tm.commit()
+            changed.append(True)
+        return found
+    monkeypatch.setattr(fill_module, 'render', render_then_commit)
+    fill_module.fill(storage._adapter, batch=100)
+    assert changed
+    rows = _rows(storage)
+    assert rows == _expected(storage)
+    assert rows[u64(wconn.root()[5]._p_oid)][3] == {'data': {'n': 'newer'}}
+    wconn.close()
+    wdb.close()
+    conn.close()
+    db.close()

@@ -19,7 +19,7 @@ class Adapter:
                     f'{self.options!r}')
             return
         self._configure(options)
-        if options.json_state and self.mirror is None:
+        if options.json_state and not self.capabilities.json_mirror:
             raise ConfigurationError(
                 f'json-state: the JSON mirror is not available on '
                 f'{type(self).__name__} (PostgreSQL, MySQL, MariaDB and '

@@ -81,6 +81,8 @@ class ICapabilities(Interface):
         "The server tells when the open transactions of other sessions "
         "began (a pack moves its time back before the oldest, see "
         "IPacker.oldest_transaction).")
+    json_mirror = Attribute(
+        "The adapter writes the JSON mirror (json-state, IMirror).")
 
 
 class IConnectionManager(Interface):

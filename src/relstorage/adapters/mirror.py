@@ -34,6 +34,11 @@ class Mirror:
 
     def __init__(self, keep_history):
         self.current = 'current_object' if keep_history else 'object_state'
+        # The current revisions with a state: (zoid, tid, state).
+        self.revisions = (
+            'current_object c JOIN object_state o '
+            'ON o.zoid = c.zoid AND o.tid = c.tid' if keep_history
+            else 'object_state o')
 
     def statements(self, rows, deleted):
         """``[(sql, params)]`` that write ``rows`` (``(zoid, module,
@@ -61,3 +66,65 @@ class Mirror:
         """Run ``statements`` on ``cursor``."""
         for sql, params in self.statements(rows, deleted):
             cursor.execute(sql, params)
+
+    # -- relstorage-mirror: filling in what commits did not write ---------
+
+    def behind(self, cursor, after, limit):
+        """``[(zoid, tid, state)]``, in zoid order past ``after``, of the
+        current revisions (with a state) whose mirror row is missing or
+        of another revision."""
+        p = self.PARAM
+        cursor.execute(
+            f'SELECT o.zoid, o.tid, o.state FROM {self.revisions} '
+            f'LEFT JOIN object_json j ON j.zoid = o.zoid AND j.tid = o.tid '
+            f'WHERE o.zoid > {p} AND o.state IS NOT NULL AND j.zoid IS NULL '
+            f'ORDER BY o.zoid LIMIT {p}', (after, limit))
+        return [(zoid, tid, _bytes(state))
+                for zoid, tid, state in cursor.fetchall()]
+
+    def fill(self, cursor, rows):
+        """Write ``rows`` (``(zoid, tid, module, name, JSON text or
+        None)``), each only where ``tid`` is still the object's current
+        revision: one a commit replaced meanwhile is left to that commit
+        (or to the next fill)."""
+        p = self.PARAM
+        for chunk in batched(rows, self.CHUNK):
+            one = (f'SELECT zoid, tid, {p}, {p}, {self.STATE} '
+                   f'FROM {self.current} WHERE zoid = {p} AND tid = {p}')
+            params = []
+            for zoid, tid, module, name, state in chunk:
+                params += (module, name, state, zoid, tid)
+            cursor.execute(
+                'INSERT INTO object_json '
+                '(zoid, tid, class_module, class_name, state) '
+                + ' UNION ALL '.join([one] * len(chunk)) + self.UPSERT,
+                params)
+
+    def orphans(self, cursor, delete=False):
+        """The rows of objects that no longer have a state (deleted, or
+        collected by a client that kept no mirror): how many, or removed
+        with ``delete`` (returns how many went)."""
+        gone = (f'NOT EXISTS (SELECT 1 FROM {self.revisions} '
+                f'WHERE o.zoid = object_json.zoid AND o.state IS NOT NULL)')
+        if delete:
+            cursor.execute(f'DELETE FROM object_json WHERE {gone}')
+            return max(cursor.rowcount, 0)
+        cursor.execute(f'SELECT COUNT(*) FROM object_json WHERE {gone}')
+        return cursor.fetchone()[0]
+
+    def count(self, cursor):
+        """``(objects with a state, mirror rows, rows of the current
+        revision)``."""
+        cursor.execute(
+            f'SELECT COUNT(*), COUNT(j.zoid) FROM {self.revisions} '
+            f'LEFT JOIN object_json j ON j.zoid = o.zoid AND j.tid = o.tid '
+            f'WHERE o.state IS NOT NULL')
+        objects, current = cursor.fetchone()
+        cursor.execute('SELECT COUNT(*) FROM object_json')
+        return objects, cursor.fetchone()[0], current
+
+
+def _bytes(value):
+    """A state as the driver returns it (bytes, memoryview, a buffer) as
+    bytes."""
+    return value if isinstance(value, bytes) else bytes(value)

@@ -42,6 +42,7 @@ class MySQLCapabilities:
     tids_from_local_clock = False
     network_round_trips = True
     lists_open_transactions = True
+    json_mirror = True
 
 
 @implementer(IAdapter)

@@ -37,6 +37,7 @@ class OracleCapabilities:
     network_round_trips = True
     # Read-only snapshots do not show in V$TRANSACTION (see pack.py).
     lists_open_transactions = False
+    json_mirror = False
 
 
 @implementer(IAdapter)

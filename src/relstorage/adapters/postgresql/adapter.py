@@ -33,6 +33,7 @@ class PostgreSQLCapabilities:
     tids_from_local_clock = False
     network_round_trips = True
     lists_open_transactions = True
+    json_mirror = True
 
 
 @implementer(IAdapter)

@@ -41,6 +41,7 @@ class SQLiteCapabilities:
     # bookkeeping cost 1.3 us per load and saved nothing.
     network_round_trips = False
     lists_open_transactions = False
+    json_mirror = True
 
 
 @implementer(IAdapter)
