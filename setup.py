@@ -66,6 +66,7 @@ setup(
             'zodbconvert = relstorage.cli.zodbconvert:main',
             'relstorage-migrate = relstorage.cli.migrate:main',
             'relstorage-stats = relstorage.cli.stats:main',
+            'relstorage-mirror = relstorage.cli.mirror:main',
         ],
         # relstorage from a URI (see relstorage/uri.py).
         'zodburi.resolvers': [
