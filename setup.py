@@ -67,6 +67,7 @@ setup(
             'relstorage-migrate = relstorage.cli.migrate:main',
             'relstorage-stats = relstorage.cli.stats:main',
             'relstorage-mirror = relstorage.cli.mirror:main',
+            'relstorage-query = relstorage.cli.query:main',
         ],
         # relstorage from a URI (see relstorage/uri.py).
         'zodburi.resolvers': [

@@ -9,6 +9,7 @@ import pytest
 import transaction
 import ZODB
 from BTrees.Length import Length
+from BTrees.OOBTree import OOBTree
 from persistent.mapping import PersistentMapping
 from ZODB.blob import Blob
 from ZODB.serialize import referencesf
@@ -352,5 +353,24 @@ def test_a_commit_during_the_fill_wins(open_storage, monkeypatch):
     assert rows[u64(wconn.root()[5]._p_oid)][3] == {'data': {'n': 'newer'}}
     wconn.close()
     wdb.close()
+    conn.close()
+    db.close()
+
+
+def test_a_filled_mirror_agrees_with_one_written_at_commit(open_storage):
+    storage = open_storage(json_state=True)
+    db = ZODB.DB(storage)
+    conn = db.open()
+    root = conn.root()
+    root['tree'] = tree = OOBTree()
+    for i in range(40):
+        tree[f'k{i}'] = PersistentMapping({'n': i, 'at': datetime.date(
+            2026, 1, 1 + i % 28), 'blob': b'\x00' * i})
+    transaction.commit()
+    written = _rows(storage)
+    write(storage, 'DELETE FROM object_json')
+    assert _rows(storage) == {}
+    fill_module.fill(storage._adapter, batch=9)
+    assert _rows(storage) == written
     conn.close()
     db.close()

@@ -113,3 +113,92 @@ def test_ctrl_c_stops_at_a_batch_boundary_and_a_later_run_goes_on(config):
     assert rest.returncode == 0, rest.stderr
     assert json.loads(rest.stdout)[0]['rendered'] == 3001 - partial['current']
     assert run('--check', config).returncode == 0
+
+
+# -- relstorage-query ---------------------------------------------------------
+
+QUERY = os.path.join(os.path.dirname(sys.executable), 'relstorage-query')
+
+
+def ask(*args):
+    return subprocess.run([QUERY, *map(str, args)], capture_output=True,
+                          text=True, timeout=TIMEOUT)
+
+
+@pytest.fixture
+def site(tmp_path, backend, database, keep_history):
+    """A config file with json-state, on a database holding a folder (an
+    OOBTree) of five documents; returns the path and the oids."""
+    if not backend.capabilities().json_mirror:
+        pytest.skip('json-state is not offered on this database')
+    path = tmp_path / 'query.conf'
+    path.write_text(backend.zconfig(database, keep_history, json_state=True))
+    from BTrees.OOBTree import OOBTree
+    db = ZODB.DB(ZODB.config.storageFromURL(str(path)))
+    try:
+        conn = db.open()
+        conn.root()['folder'] = folder = OOBTree()
+        for i in range(5):
+            folder[f'd{i}'] = PersistentMapping({
+                'title': f'Doc {i}', 'n': i, 'draft': i % 2 == 0})
+        transaction.commit()
+        oids = {key: int.from_bytes(doc._p_oid, 'big')
+                for key, doc in folder.items()}
+        oids['folder'] = int.from_bytes(folder._p_oid, 'big')
+        conn.close()
+    finally:
+        db.close()
+    return path, oids
+
+
+def _answer(result):
+    assert result.returncode == 0, result.stderr
+    [found] = json.loads(result.stdout)
+    return found['answer']
+
+
+def test_the_questions(site):
+    path, oids = site
+    classes = _answer(ask('--json', path, 'classes'))
+    assert [(row['class'], row['objects']) for row in classes] == [
+        ('persistent.mapping.PersistentMapping', 6),
+        ('BTrees.OOBTree.OOBTree', 1)]
+    assert all(row['pickle_bytes'] > 0 for row in classes)
+    found = _answer(ask('--json', path, 'find', 'data.title', 'Doc 3'))
+    assert found == [{'oid': oids['d3'],
+                      'class': 'persistent.mapping.PersistentMapping'}]
+    assert [row['oid'] for row in _answer(
+        ask('--json', path, 'find', 'data.n', '3'))] == [oids['d3']]
+    # A number given as a JSON string is text: no document has it.
+    assert _answer(ask('--json', path, 'find', 'data.n', '"3"')) == []
+    drafts = _answer(ask('--json', '--limit', '2', path, 'find',
+                         'data.draft', 'true', '--class',
+                         'persistent.mapping.PersistentMapping'))
+    assert [row['oid'] for row in drafts] == sorted(
+        [oids['d0'], oids['d2'], oids['d4']])[:2]
+    for oid in (str(oids['d1']), hex(oids['d1'])):
+        assert _answer(ask('--json', path, 'refs', oid)) == [
+            {'oid': oids['folder'], 'class': 'BTrees.OOBTree.OOBTree'}]
+    text = ask(path, 'refs', oids['d1'])
+    assert text.returncode == 0
+    assert f'0x{oids["folder"]:016x}  BTrees.OOBTree.OOBTree' in text.stdout
+
+
+def test_query_bad_input_fails_with_status_2(site):
+    path, _ = site
+    for args, message in [
+            (('refs', 'x12'), "'x12' is not an oid"),
+            (('find', 'data.title', '[1, 2]'), 'not a list or an object'),
+            (('find', 'a', 'b', '--class', 'Nomodule'), 'is not module.Class'),
+            (('--limit', '0', 'classes'), "'0' is not a positive number"),
+            (('everything',), 'invalid choice')]:
+        result = ask(path, *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr, (args, result.stderr)
+
+
+def test_a_database_without_the_schema_is_an_error(config):
+    # (config: a database nothing was written to yet.)
+    result = ask(config, 'classes')
+    assert result.returncode == 1
+    assert 'holds no relstorage schema' in result.stderr

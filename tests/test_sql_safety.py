@@ -42,6 +42,19 @@ REVIEWED = {
         'statement constants of the code, no values',
     ('adapters/postgresql/drivers.py', 'self._sql(statement)'):
         'prepared-statement names and constants of the code',
+    ('adapters/mirror.py', 'p'):
+        'the driver\'s placeholder (PARAM), a constant of the code',
+    ('adapters/mirror.py', 'self.revisions'):
+        'table names and a join of the code, chosen by the history mode',
+    ('adapters/mirror.py', 'gone'):
+        'a condition of the code (table names by the history mode)',
+    ('adapters/mirror.py', 'where'):
+        'a condition of the code with placeholders (_at); the path and '
+        'the value are bound',
+    ('adapters/mirror.py',
+     "' UNION ALL '.join([one] * len(chunk))"):
+        'one SELECT of the code with placeholders, repeated; the values '
+        'are bound',
     ('adapters/postgresql/drivers.py', 'middle'):
         "the JSON mirror's statements (adapters/mirror.py), constants of "
         'the code with placeholders; the values are bound',

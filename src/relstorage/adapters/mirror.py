@@ -13,6 +13,8 @@ loses its row.
 A database's subclass gives its parameter style, how a parameter becomes
 JSON, and its upsert.
 """
+import json
+
 from relstorage.adapters.interfaces import IMirror
 from relstorage.adapters.objects import batched
 from zope.interface import implementer
@@ -122,6 +124,63 @@ class Mirror:
         objects, current = cursor.fetchone()
         cursor.execute('SELECT COUNT(*) FROM object_json')
         return objects, cursor.fetchone()[0], current
+
+
+    # -- relstorage-query: the common questions ---------------------------
+
+    def classes(self, cursor):
+        """``[(module, name, objects, pickle bytes)]``, most objects
+        first."""
+        cursor.execute(
+            'SELECT j.class_module, j.class_name, COUNT(*), '
+            'SUM(o.state_size) FROM object_json j '
+            'JOIN object_state o ON o.zoid = j.zoid AND o.tid = j.tid '
+            'GROUP BY j.class_module, j.class_name '
+            'ORDER BY COUNT(*) DESC, j.class_module, j.class_name')
+        return [(module, name, count, int(size or 0))
+                for module, name, count, size in cursor.fetchall()]
+
+    def find(self, cursor, path, value, cls=None, limit=100):
+        """``[(zoid, module, name)]`` of the objects whose state holds
+        ``value`` (a JSON scalar: text, number, boolean, None) at
+        ``path`` (keys, outermost first), of class ``cls`` (``(module,
+        name)``) when given; at most ``limit``, in zoid order."""
+        p = self.PARAM
+        where, params = self._at(path, value)
+        if cls is not None:
+            where += f' AND class_module = {p} AND class_name = {p}'
+            params += list(cls)
+        cursor.execute(
+            f'SELECT zoid, class_module, class_name FROM object_json '
+            f'WHERE {where} ORDER BY zoid LIMIT {p}', params + [limit])
+        return [tuple(row) for row in cursor.fetchall()]
+
+    def _at(self, path, value):
+        """SQLite: the condition that the value at ``path`` is ``value``,
+        and its parameters."""
+        if value is None:
+            return (f"json_type(state, {self.PARAM}) = 'null'",
+                    [json_path(path)])
+        if isinstance(value, bool):
+            value = int(value)      # json_extract gives 1 and 0
+        return (f'json_extract(state, {self.PARAM}) = {self.PARAM}',
+                [json_path(path), value])
+
+    def referring(self, cursor, oid, limit=100):
+        """``[(zoid, module, name)]`` of the objects whose state refers
+        to ``oid`` (a ``{"!ref": oid}`` anywhere in it), in zoid order."""
+        p = self.PARAM
+        cursor.execute(
+            f'SELECT zoid, class_module, class_name FROM object_json j '
+            f"WHERE EXISTS (SELECT 1 FROM json_tree(j.state) t "
+            f"WHERE t.key = '!ref' AND t.value = {p}) "
+            f'ORDER BY zoid LIMIT {p}', (oid, limit))
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+def json_path(keys):
+    """``$."a"."b"``: a JSON path of object keys (SQLite, MySQL)."""
+    return '$' + ''.join('.' + json.dumps(str(key)) for key in keys)
 
 
 def _bytes(value):
