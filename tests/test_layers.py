@@ -17,7 +17,7 @@ MAX_LINES = 800
 BASE = ('relstorage.errors', 'relstorage.tids', 'relstorage.metrics',
         'relstorage.progress', 'relstorage.config.options',
         'relstorage.config.replicas', 'relstorage.migrations',
-        'relstorage.pickles')
+        'relstorage.pickles', 'relstorage.classes')
 PARTS = {
     'base': (),
     'relstorage.adapters': ('base',),

@@ -6,6 +6,8 @@ connection (retry the transaction; nothing was committed) apart without
 knowing which database is underneath, and a lost connection whose commit
 may or may not have happened (do not retry blindly) from both.
 """
+import pickle
+
 from ZODB.POSException import ConflictError
 from transaction.interfaces import TransientError
 from ZODB.POSException import StorageError
@@ -23,7 +25,20 @@ __all__ = [
     'PackStopped',
     'ConvertError',
     'ConvertStopped',
+    'ClassNotAllowedError',
 ]
+
+
+class ClassNotAllowedError(pickle.UnpicklingError):
+    """A pickle being loaded names a class or function that the
+    ``allowed-classes`` option does not admit (relstorage.classes);
+    nothing of it was imported or run."""
+
+    def __init__(self, module, name):
+        super().__init__(
+            f'a pickle names {module}.{name}, which allowed-classes does '
+            f'not admit (nothing was imported)')
+        self.module, self.name = module, name
 
 
 class ConfigurationError(StorageError, ValueError):

@@ -159,6 +159,16 @@ ro_replica_conf = functools.partial(_replica_file, 'ro-replica-conf')
 replica_timeout = functools.partial(_seconds, 'replica-timeout')
 revert_when_stale = functools.partial(_boolean, 'revert-when-stale')
 json_state = functools.partial(_boolean, 'json-state')
+
+
+def allowed_classes(value):
+    from relstorage.classes import parse
+    # (Imported here: relstorage.classes imports ZODB.broken.)
+    if isinstance(value, (tuple, list)):
+        value = ' '.join(value)
+    return parse('allowed-classes', _text('allowed-classes', value))
+
+
 pack_gc = functools.partial(_boolean, 'pack-gc')
 pack_prepack_only = functools.partial(_boolean, 'pack-prepack-only')
 pack_skip_prepack = functools.partial(_boolean, 'pack-skip-prepack')

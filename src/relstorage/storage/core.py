@@ -38,6 +38,7 @@ from ZODB.utils import z64
 from relstorage import metrics
 from relstorage.blobs import make_blobs
 from relstorage.blobs.api import BlobMethods
+from relstorage.classes import AllowList
 from relstorage.cache import persistent as persistentcache
 from relstorage.cache.local import LocalCache
 from relstorage.cache.local import entry_state
@@ -104,6 +105,8 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods,
             create=options.create_schema, read_only=options.read_only)
         self._adapter = adapter
         self._options = options
+        self.class_allow_list = (AllowList(options.allowed_classes)
+                                 if options.allowed_classes else None)
         self._name = options.name or adapter.describe()
         for key, why in ignored(options):
             log.warning('%s: option %s (RelStorage 4) is ignored: %s',
