@@ -3,6 +3,7 @@ stores beside the pickles, in the same database transaction, on every
 backend and history mode; loads never read it."""
 import datetime
 import json
+import os
 import time
 
 import pytest
@@ -372,5 +373,74 @@ def test_a_filled_mirror_agrees_with_one_written_at_commit(open_storage):
     assert _rows(storage) == {}
     fill_module.fill(storage._adapter, batch=9)
     assert _rows(storage) == written
+    conn.close()
+    db.close()
+
+
+DOCS = os.path.join(os.path.dirname(__file__), '..', 'docs', 'json.rst')
+LABELS = {'postgresql': ('PostgreSQL',), 'mysql': ('MySQL', 'MariaDB'),
+          'sqlite': ('SQLite',)}
+
+
+def _documented_statements(database, keep_history):
+    """The SQL statements of docs/json.rst's ``code-block:: sql`` blocks
+    for ``database``: each block is in parts, each opened by a comment
+    naming the databases it is for (and "(history-preserving)" when it
+    needs history)."""
+    with open(DOCS, encoding='utf-8') as f:
+        lines = f.read().splitlines()
+    statements, inside, part = [], False, None
+    for line in lines + ['']:
+        if line.startswith('.. code-block:: sql'):
+            inside, part = True, None
+            continue
+        if inside and line and not line.startswith(' '):
+            inside = False
+        if not inside:
+            continue
+        text = line.strip()
+        if text.startswith('-- '):
+            wanted = any(label in text for label in LABELS[database])
+            if 'history-preserving' in text and not keep_history:
+                wanted = False
+            part = [] if wanted else None
+            if wanted:
+                statements.append(part)
+        elif part is not None and text:
+            part.append(text)
+    return [statement.strip() for part in statements
+            for statement in ' '.join(part).split(';') if statement.strip()]
+
+
+def test_the_documented_statements_run(open_storage, backend, keep_history):
+    storage = open_storage(json_state=True)
+    db = ZODB.DB(storage)
+    conn = db.open()
+    root = conn.root()
+    root['folder'] = folder = OOBTree()
+    folder['front'] = front = PersistentMapping({'title': 'Front page'})
+    transaction.commit()
+    statements = _documented_statements(backend.marker, keep_history)
+    assert len(statements) >= 6
+    refs = {(u64(folder._p_oid), u64(front._p_oid)),
+            (u64(root._p_oid), u64(folder._p_oid))}
+    for statement in statements:
+        if statement.startswith('SELECT'):
+            rows = query(storage, statement)
+            if 'to_zoid' in statement:
+                assert refs <= {tuple(row) for row in rows}, statement
+            elif 'Front page' in statement:
+                assert rows == [(u64(front._p_oid),)], statement
+            elif 'c.tid <> j.tid' in statement:
+                assert rows == [], statement
+            else:
+                assert rows, statement
+        else:
+            write(storage, statement)
+    assert refs <= set(query(storage, 'SELECT zoid, to_zoid FROM '
+                                      'object_json_refs'))
+    classes = dict(((m, n), count) for m, n, count, _ in query(
+        storage, 'SELECT * FROM object_json_classes'))
+    assert classes[('persistent.mapping', 'PersistentMapping')] == 2
     conn.close()
     db.close()

@@ -10,8 +10,11 @@ class PostgreSQLMirror(Mirror):
     STATE = 'CAST(%s AS jsonb)'
 
     def _at(self, path, value):
-        return ('state #> CAST(%s AS text[]) = CAST(%s AS jsonb)',
-                [[str(key) for key in path], json.dumps(value)])
+        # Containment ({"data": {"title": VALUE}}), which a GIN index on
+        # state serves (docs/json.rst, "Indexes").
+        for key in reversed(path):
+            value = {str(key): value}
+        return 'state @> CAST(%s AS jsonb)', [json.dumps(value)]
 
     def referring(self, cursor, oid, limit=100):
         cursor.execute(
