@@ -279,3 +279,29 @@ def test_an_ordered_dict_keeps_its_items_in_order():
     assert _json(_record({'o': value})) == {
         'o': {'!call': 'collections.OrderedDict',
               '!pairs': [['b', 1], ['a', 2]]}}
+
+
+def test_the_opcode_walk_and_the_c_unpickler_render_alike(monkeypatch):
+    """render() reads with Python's C unpickler (its globals resolved to
+    stand-ins, nothing imported) and falls back to the opcode walk: both
+    give the same JSON, sets included, in every protocol."""
+    records = [_record({'data': PLAIN}, protocol=p)
+               for p in range(pickle.HIGHEST_PROTOCOL + 1)]
+    records += [_record({'trap': Trap(), 'token': Token(1), 'nested': {
+        'ordered': collections.OrderedDict([('b', 1)]),
+        'sets': [{3, 1, 2}, frozenset({'z', 'a'})]}}, protocol=p)
+        for p in range(pickle.HIGHEST_PROTOCOL + 1)]
+    records.append(_crafted_state(b'cos\nsystem\n(Vtrue\ntR.'))
+    records.append(_crafted_state(
+        b'cbooby_trapped\nThing\n)\x81}X\x01\x00\x00\x00aK\x01sb.'))
+    fast = [render(data) for data in records]
+
+    def refuse(data):
+        raise ValueError('the C unpickler is not used here')
+    monkeypatch.setattr(render_module, 'read_record_fast', refuse)
+    walked = [render(data) for data in records]
+    for one, other in zip(fast, walked):
+        assert one.error is None and other.error is None
+        assert (one.module, one.name, json.loads(one.json)) == (
+            other.module, other.name, json.loads(other.json))
+    assert 'booby_trapped' not in sys.modules

@@ -40,6 +40,7 @@ import base64
 import datetime
 import json
 import math
+import re
 
 from relstorage.pickles import Call
 from relstorage.pickles import Dict
@@ -47,7 +48,9 @@ from relstorage.pickles import Global
 from relstorage.pickles import Instance
 from relstorage.pickles import Ref
 from relstorage.pickles import Set
+from relstorage.pickles import as_global
 from relstorage.pickles import read_record
+from relstorage.pickles import read_record_fast
 
 #: Containers within containers past which a state is not rendered.
 MAX_DEPTH = 200
@@ -80,9 +83,14 @@ def render(data):
     """The record ``data`` (class pickle, state pickle) as a Rendering;
     never raises for what the data holds."""
     try:
-        values = read_record(data)
-    except Exception as e:   # noqa: BLE001 - whatever the data does
-        return Rendering(None, None, None, _reason(e))
+        values = read_record_fast(data)
+    except Exception:   # noqa: BLE001 - whatever the data does
+        # The opcode walk reads what the C unpickler refuses (and says
+        # why it cannot, where it cannot).
+        try:
+            values = read_record(data)
+        except Exception as e:   # noqa: BLE001 - whatever the data does
+            return Rendering(None, None, None, _reason(e))
     module, name = class_of(values[0])
     if len(values) != 2:
         return Rendering(module, name, None,
@@ -112,8 +120,17 @@ def class_of(value):
     return None, None
 
 
+def _global_of(value):
+    """The Global ``value`` is or stands for, else None."""
+    return value if isinstance(value, Global) else as_global(value)
+
+
 def _reason(error):
     return f'{type(error).__name__}: {error}'[:200]
+
+
+#: What JSON columns refuse in text: a NUL, a lone surrogate.
+_AWKWARD = re.compile('[\x00\ud800-\udfff]')
 
 
 def _b64(data):
@@ -148,8 +165,11 @@ class _Renderer:
             raise Unrenderable('longer than the limit')
 
     def value(self, value, depth):
-        if value is None or value is True or value is False:
-            self.grow(5)
+        kind = type(value)
+        if kind is str:
+            return self.text(value)
+        if kind is int or kind is bool or value is None:
+            self.grow(8)
             return value
         if isinstance(value, int):
             self.grow(8)
@@ -187,18 +207,23 @@ class _Renderer:
         return rendered
 
     def text(self, value):
-        self.grow(len(value) + 2)
-        if '\x00' in value:
-            return {'!text': _b64(value.encode('utf-8'))}
-        try:
-            value.encode('utf-8')
-        except UnicodeEncodeError:
+        self.chars += len(value) + 2
+        if self.chars > MAX_CHARS:
+            raise Unrenderable('longer than the limit')
+        if _AWKWARD.search(value) is not None:
             return {'!text': _b64(value.encode('utf-8', 'surrogatepass'))}
         return value
 
     def items(self, values, depth):
         self.grow(len(values))
         return [self.value(v, depth) for v in values]
+
+    def members(self, items, depth):
+        """A set's items, in the order of their JSON text: the same
+        whatever order the set was pickled or read in."""
+        rendered = self.items(items, depth)
+        return sorted(rendered, key=lambda v: json.dumps(
+            v, sort_keys=True, ensure_ascii=False))
 
     def pairs(self, items, depth):
         return [[self.value(k, depth), self.value(v, depth)]
@@ -209,11 +234,18 @@ class _Renderer:
             return self.items(value, depth)
         if isinstance(value, tuple):
             return {'!t': self.items(value, depth)}
+        if isinstance(value, dict):
+            return self.mapping(list(value.items()), depth)
         if isinstance(value, Dict):
             return self.mapping(value.items, depth)
-        if isinstance(value, Set):
-            return {'!fset' if value.frozen else '!set':
-                    self.items(value.items, depth)}
+        if isinstance(value, (Set, set, frozenset)):
+            frozen = (value.frozen if isinstance(value, Set)
+                      else isinstance(value, frozenset))
+            items = value.items if isinstance(value, Set) else list(value)
+            return {'!fset' if frozen else '!set': self.members(items,
+                                                                depth)}
+        if as_global(value) is not None:
+            value = as_global(value)
         if isinstance(value, Ref):
             return self.reference(value.pid, depth)
         if isinstance(value, Global):
@@ -234,11 +266,12 @@ class _Renderer:
         raise Unrenderable(f'a value of type {type(value).__name__}')
 
     def mapping(self, items, depth):
-        plain = all(isinstance(k, str) and not k.startswith('!')
-                    and self.text(k) is k for k, _ in items)
-        if plain:
-            return {k: self.value(v, depth) for k, v in items}
-        return {'!d': self.pairs(items, depth)}
+        for key, _ in items:
+            if (type(key) is not str or key.startswith('!')
+                    or _AWKWARD.search(key) is not None):
+                return {'!d': self.pairs(items, depth)}
+        self.chars += sum(len(key) + 3 for key, _ in items)
+        return {key: self.value(value, depth) for key, value in items}
 
     def built(self, tag, what, args, value, depth):
         out = {tag: what.dotted if isinstance(what, Global)
@@ -266,8 +299,8 @@ class _Renderer:
             oid = _oid(pid[0])
             if oid is not None:
                 out = {'!ref': oid}
-                if isinstance(pid[1], Global):
-                    out['!class'] = pid[1].dotted
+                if _global_of(pid[1]) is not None:
+                    out['!class'] = _global_of(pid[1]).dotted
         elif isinstance(pid, list) and len(pid) == 1:
             oid = _oid(pid[0])
             if oid is not None:
@@ -282,8 +315,8 @@ class _Renderer:
             elif kind == 'm' and len(args) == 3 and _oid(args[1]) is not None:
                 out = {'!ref': _oid(args[1]),
                        '!db': self.value(args[0], depth)}
-                if isinstance(args[2], Global):
-                    out['!class'] = args[2].dotted
+                if _global_of(args[2]) is not None:
+                    out['!class'] = _global_of(args[2]).dotted
             elif kind == 'n' and len(args) == 2 and _oid(args[1]) is not None:
                 out = {'!ref': _oid(args[1]),
                        '!db': self.value(args[0], depth)}
