@@ -506,6 +506,10 @@ class _Unpickler(pickle.Unpickler):
         return _PURE.get((module, name)) or _global_type(module, name)
 
     def persistent_load(self, pid):
+        if (type(pid) is tuple and len(pid) == 2
+                and type(pid[1]) is _GlobalType):
+            # ZODB's usual form, (oid, class): the quick way.
+            return Ref((pid[0], pid[1].global_))
         return Ref(_plain(pid))
 
 

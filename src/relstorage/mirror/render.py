@@ -96,14 +96,36 @@ def render(data):
         return Rendering(module, name, None,
                          f'{len(values)} pickles, not a class and a state')
     try:
-        text = json.dumps(_Renderer().value(values[1], 0),
-                          ensure_ascii=False, allow_nan=False,
-                          separators=(',', ':'))
+        text = _dumps(_Renderer(False).value(values[1], 0))
+        if not _storable(text):
+            # Text with a NUL or a lone surrogate somewhere: again, each
+            # string looked at.
+            text = _dumps(_Renderer(True).value(values[1], 0))
     except (Unrenderable, ValueError, TypeError, RecursionError) as e:
         return Rendering(module, name, None, _reason(e))
     if len(text) > MAX_CHARS:
         return Rendering(module, name, None, 'longer than the limit')
     return Rendering(module, name, text)
+
+
+def _dumps(value):
+    return json.dumps(value, ensure_ascii=False, allow_nan=False,
+                      separators=(',', ':'))
+
+
+def _storable(text):
+    """Whether JSON columns take ``text``: no NUL (which json.dumps
+    writes as an escape that PostgreSQL's JSONB refuses), no lone
+    surrogate (which no UTF-8 encodes).  A backslash before u0000 in
+    some text also fails this: that state is then rendered the slow way,
+    to the same JSON."""
+    if '\\u0000' in text:
+        return False
+    try:
+        text.encode('utf-8')
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def class_of(value):
@@ -133,6 +155,10 @@ def _reason(error):
 _AWKWARD = re.compile('[\x00\ud800-\udfff]')
 
 
+def _never(text):
+    return None
+
+
 def _b64(data):
     return base64.b64encode(bytes(data)).decode('ascii')
 
@@ -154,7 +180,11 @@ class _Renderer:
     of lists of ten copies...) fails at the limit at once, without
     expanding anything."""
 
-    def __init__(self):
+    def __init__(self, checked):
+        #: Whether each string is looked at for what JSON columns refuse
+        #: (else the whole text is, afterwards: see render).
+        self.checked = checked
+        self.awkward = _AWKWARD.search if checked else _never
         self.chars = 0
         self.open = set()
         self.done = {}
@@ -171,6 +201,10 @@ class _Renderer:
         if kind is int or kind is bool or value is None:
             self.grow(8)
             return value
+        if kind is Ref:
+            # (Never shared nor circular: a reference is read anew at
+            # each use.)
+            return self.reference(value.pid, depth)
         if isinstance(value, int):
             self.grow(8)
             return value
@@ -210,13 +244,27 @@ class _Renderer:
         self.chars += len(value) + 2
         if self.chars > MAX_CHARS:
             raise Unrenderable('longer than the limit')
-        if _AWKWARD.search(value) is not None:
+        if self.awkward(value) is not None:
             return {'!text': _b64(value.encode('utf-8', 'surrogatepass'))}
         return value
 
     def items(self, values, depth):
-        self.grow(len(values))
-        return [self.value(v, depth) for v in values]
+        # JSON's own leaves inline (most of any state): a call less each.
+        out = []
+        append = out.append
+        chars = len(values)
+        awkward = self.awkward
+        for item in values:
+            kind = type(item)
+            if kind is str and awkward(item) is None:
+                chars += len(item)
+                append(item)
+            elif kind is int or kind is bool or item is None:
+                append(item)
+            else:
+                append(self.value(item, depth))
+        self.grow(chars)
+        return out
 
     def members(self, items, depth):
         """A set's items, in the order of their JSON text: the same
@@ -230,6 +278,13 @@ class _Renderer:
                 for k, v in items]
 
     def container(self, value, depth):
+        kind = type(value)
+        if kind is tuple:
+            return {'!t': self.items(value, depth)}
+        if kind is dict:
+            return self.mapping(list(value.items()), depth)
+        if kind is list:
+            return self.items(value, depth)
         if isinstance(value, list):
             return self.items(value, depth)
         if isinstance(value, tuple):
@@ -268,10 +323,23 @@ class _Renderer:
     def mapping(self, items, depth):
         for key, _ in items:
             if (type(key) is not str or key.startswith('!')
-                    or _AWKWARD.search(key) is not None):
+                    or self.awkward(key) is not None):
                 return {'!d': self.pairs(items, depth)}
-        self.chars += sum(len(key) + 3 for key, _ in items)
-        return {key: self.value(value, depth) for key, value in items}
+        out = {}
+        chars = 0
+        awkward = self.awkward
+        for key, item in items:
+            kind = type(item)
+            chars += len(key) + 3
+            if kind is str and awkward(item) is None:
+                chars += len(item)
+                out[key] = item
+            elif kind is int or kind is bool or item is None:
+                out[key] = item
+            else:
+                out[key] = self.value(item, depth)
+        self.grow(chars)
+        return out
 
     def built(self, tag, what, args, value, depth):
         out = {tag: what.dotted if isinstance(what, Global)
