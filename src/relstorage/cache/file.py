@@ -74,7 +74,9 @@ class _BadFile(Exception):
 
 def read_file(path, identity):
     """``(saved_horizon, [(oid, tid, state), ...])`` from a file written by
-    :func:`write_file` for ``identity``, most valuable first.
+    :func:`write_file` for ``identity``, most valuable first; a state is
+    bytes-like (a view of the file's contents where it was not
+    compressed).
 
     Returns None, never raising, when the file is missing, unreadable,
     damaged, truncated, of another format version or another identity;
@@ -115,20 +117,24 @@ def _parse(data, identity):
     unpack = _RECORD.unpack_from
     step = _RECORD.size
     decompress = zlib.decompress
+    # States as views of the file's bytes, not copies: the cache copies
+    # what it keeps (relstorage.cache.local.LocalCache.restore).
+    view = memoryview(data)
     entries = []
     append = entries.append
     for _ in range(count):
         oid, tid, kind, length = unpack(data, pos)
         pos += step
-        if kind == _DELETED:
-            state = None
-        else:
-            state = data[pos:pos + length]
+        if kind == _RAW:
+            state = view[pos:pos + length]
             pos += length
-            if kind == _ZLIB:
-                state = decompress(state)
-            elif kind != _RAW:
-                raise _BadFile(f'unknown record kind {kind}')
+        elif kind == _DELETED:
+            state = None
+        elif kind == _ZLIB:
+            state = decompress(view[pos:pos + length])
+            pos += length
+        else:
+            raise _BadFile(f'unknown record kind {kind}')
         append((oid, tid, state))
     if pos != end:
         raise _BadFile('record lengths do not add up')

@@ -469,11 +469,39 @@ class LocalCache:
             if self._horizon is None:
                 self._horizon = current_tid
             live = current_tid >= self._horizon
+            if not self._entries:
+                # At start-up, into an empty cache: the entries go in as
+                # _put would put them, without its per-entry checks (the
+                # budget above kept them within the limit).
+                self._fill_empty(chosen, current_tid, live)
+                return len(chosen)
             put = self._put
             # Least valuable first, so the first entries end up most recent.
             for oid, tid, stored, zipped in reversed(chosen):
+                if type(stored) is memoryview:
+                    stored = bytes(stored)  # (a view of the file)
                 put(oid, tid, stored, zipped, current_tid, live)
         return len(chosen)
+
+    def _fill_empty(self, chosen, known, live):
+        """Put ``chosen`` (most valuable first) into the empty cache, on
+        probation, the most valuable the most recent; the lock is held."""
+        entries, probation = self._entries, self._probation
+        live_flag = _LIVE if live else 0
+        size = 0
+        for oid, tid, stored, zipped in reversed(chosen):
+            if stored is None:
+                entries[oid] = _pack_meta(tid, known,
+                                          _DELETED_STATE | live_flag)
+                size += ENTRY_OVERHEAD
+            else:
+                # (bytes + a memoryview of the file: one copy.)
+                entries[oid] = _pack_meta(
+                    tid, known, (_ZIPPED if zipped else 0) | live_flag
+                ) + stored
+                size += len(stored) + ENTRY_OVERHEAD
+            probation.append(oid)
+        self._size += size
 
     # Internals; the lock is held by the caller where it matters.
 
