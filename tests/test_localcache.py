@@ -780,3 +780,27 @@ def test_the_dict_stays_compact_under_churn():
     assert sys.getsizeof(cache._entries) <= 64 * len(cache) + 1024
     assert len(cache) > 26000
     check_accounting(cache)
+
+
+def test_restoring_into_an_empty_cache_puts_entries_as_stores_do(tmp_path):
+    """Start-up fills an empty cache in one pass: the same entries, sizes
+    and order of eviction as the path that merges into a running cache."""
+    source = cache_at(100)
+    for oid in range(50):
+        source.store_loaded(oid, 50 + oid, None if oid == 7 else
+                            b'%04d' % oid * (oid % 5 + 1), 100)
+    path = str(tmp_path / 'cache')
+    source.save(path, 'db')
+    saved_horizon, entries = read_file(path, 'db')
+    empty, running = LocalCache(BIG), LocalCache(BIG)
+    running.store_loaded(1000, 60, b'other', 100)
+    assert empty.restore(saved_horizon, entries, 120, set()) == 50
+    assert running.restore(saved_horizon, entries, 120, set()) == 50
+    assert list(empty._probation) == [
+        oid for oid in running._probation if oid != 1000]
+    assert empty._size == running._size - (ENTRY_OVERHEAD + len(b'other'))
+    for oid in range(50):
+        assert empty.get(oid, 120) == running.get(oid, 120)
+        found = empty.get(oid, 120)
+        assert found is not None and (found[0] is None or
+                                      type(found[0]) is bytes)
