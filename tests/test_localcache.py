@@ -10,6 +10,7 @@ from collections import deque
 
 import pytest
 
+from relstorage.cache.file import open_file
 from relstorage.cache.file import read_file
 from relstorage.cache.local import ENTRY_OVERHEAD
 from relstorage.cache.local import LocalCache
@@ -804,3 +805,49 @@ def test_restoring_into_an_empty_cache_puts_entries_as_stores_do(tmp_path):
         found = empty.get(oid, 120)
         assert found is not None and (found[0] is None or
                                       type(found[0]) is bytes)
+
+
+def _comparable(cache, oids, snapshot):
+    return ([cache.get(oid, snapshot) for oid in oids], list(cache._probation),
+            cache._size, cache.horizon)
+
+
+@pytest.mark.parametrize('compressed', [False, True], ids=['raw', 'zlib'])
+def test_restoring_from_the_file_at_start_up_is_restoring_its_records(
+        tmp_path, compressed):
+    """LocalCache.restore_file (one pass over the file's bytes, at start-up)
+    restores what restore does from the parsed records: the same entries,
+    order, sizes, changed objects dropped, the budget kept."""
+    source = cache_at(100, compression='zlib' if compressed else 'none')
+    for oid in range(60):
+        source.store_loaded(oid, 40 + oid, None if oid % 13 == 0 else
+                            b'state %d ' % oid * 20, 100)
+    for oid in (5, 6, 7):
+        source.get(oid, 100)
+    path = str(tmp_path / 'cache')
+    source.save(path, 'db')
+    changed = {3, 9, 40}
+    for limit in (BIG, 30 * (ENTRY_OVERHEAD + 200)):
+        by_records, by_file = LocalCache(limit), LocalCache(limit)
+        saved, entries = read_file(path, 'db')
+        expected = by_records.restore(saved, entries, 130, changed)
+        assert by_file.restore_file(open_file(path, 'db'), 130,
+                                    changed) == expected
+        assert _comparable(by_file, range(60), 130) == _comparable(
+            by_records, range(60), 130)
+    assert expected < 60 - len(changed)     # (the small budget's count)
+    assert by_file.get(3, 130) is None and by_file.get(5, 130) is not None
+
+
+def test_a_file_whose_records_do_not_add_up_restores_nothing(tmp_path):
+    cache = cache_at(100)
+    cache.store_loaded(1, 50, b'one', 100)
+    cache.store_loaded(2, 60, b'two', 100)
+    path = str(tmp_path / 'cache')
+    cache.save(path, 'db')
+    found = open_file(path, 'db')
+    found.count += 1            # one record more than the file holds
+    fresh = LocalCache(BIG)
+    with pytest.raises((ValueError, struct.error)):
+        fresh.restore_file(found, 120, set())
+    assert len(fresh) == 0 and fresh._size == 0

@@ -1,8 +1,9 @@
 """The file of the persistent local cache (``cache-local-dir``).
 
 :meth:`relstorage.cache.local.LocalCache.save` writes one with
-:func:`write_file`; the storage reads it back with :func:`read_file` when
-it opens (``relstorage.cache.persistent``).
+:func:`write_file`; the storage opens it with :func:`open_file` when it
+opens (``relstorage.cache.persistent``) and the cache reads its records
+(:meth:`relstorage.cache.local.LocalCache.restore_file`).
 """
 import logging
 import os
@@ -12,16 +13,16 @@ import zlib
 
 log = logging.getLogger(__name__)
 
-# The file: _HEAD, the identity in UTF-8, _HORIZON, then per entry a _RECORD
+# The file: _HEAD, the identity in UTF-8, _HORIZON, then per entry a RECORD
 # and its payload, then the CRC-32 of everything before it.  No pickles, so
 # loading a file cannot run code.
 _MAGIC = b'RSLCACHE'
 _VERSION = 1
 _HEAD = struct.Struct('>8sHH')      # magic, version, identity length
 _HORIZON = struct.Struct('>QQ')     # saved horizon, number of records
-_RECORD = struct.Struct('>QQBI')    # oid, tid, kind, payload length
+RECORD = struct.Struct('>QQBI')     # oid, tid, kind, payload length
 _CRC = struct.Struct('>I')
-_RAW, _ZLIB, _DELETED = 0, 1, 2
+RAW, ZLIB, DELETED = 0, 1, 2
 
 
 def identity_bytes(identity):
@@ -42,12 +43,12 @@ def write_file(path, name, horizon, count, records):
     parts = [_HEAD.pack(_MAGIC, _VERSION, len(name)), name,
              _HORIZON.pack(horizon, count)]
     append = parts.append
-    pack = _RECORD.pack
+    pack = RECORD.pack
     for oid, tid, payload, zipped in records:
         if payload is None:
-            append(pack(oid, tid, _DELETED, 0))
+            append(pack(oid, tid, DELETED, 0))
         else:
-            append(pack(oid, tid, _ZLIB if zipped else _RAW, len(payload)))
+            append(pack(oid, tid, ZLIB if zipped else RAW, len(payload)))
             append(payload)
     body = b''.join(parts)
     directory, base = os.path.split(os.path.abspath(path))
@@ -72,15 +73,60 @@ class _BadFile(Exception):
     pass
 
 
-def read_file(path, identity):
-    """``(saved_horizon, [(oid, tid, state), ...])`` from a file written by
-    :func:`write_file` for ``identity``, most valuable first; a state is
-    bytes-like (a view of the file's contents where it was not
-    compressed).
+class CacheFile:
+    """A cache file read into memory and checked (its identity, format
+    and checksum), its records not parsed yet: ``horizon`` (the saved
+    G), ``count`` (records), ``data`` (the file's bytes) and ``start``
+    and ``end`` (where the records lie in it).  Each record is a header
+    ``RECORD`` (oid, tid, kind, payload length) and its payload: the
+    state (``RAW``), zlib's output (``ZLIB``), or nothing (``DELETED``,
+    a deleted object)."""
 
-    Returns None, never raising, when the file is missing, unreadable,
-    damaged, truncated, of another format version or another identity;
-    all but a missing file are logged as warnings."""
+    def __init__(self, data, horizon, count, start, end):
+        self.data, self.horizon, self.count = data, horizon, count
+        self.start, self.end = start, end
+
+    def records(self, limit=None):
+        """``[(oid, tid, state), ...]``, most valuable first (the first
+        ``limit`` only, when given); a state is bytes-like (a view of the
+        file's contents where it was not compressed).  Raises ValueError
+        when the records do not fill the file exactly."""
+        data, pos = self.data, self.start
+        unpack = RECORD.unpack_from
+        step = RECORD.size
+        decompress = zlib.decompress
+        # States as views of the file's bytes, not copies: the cache
+        # copies what it keeps (relstorage.cache.local.LocalCache).
+        view = memoryview(data)
+        count = self.count if limit is None else min(limit, self.count)
+        entries = []
+        append = entries.append
+        for _ in range(count):
+            oid, tid, kind, length = unpack(data, pos)
+            pos += step
+            if kind == RAW:
+                state = view[pos:pos + length]
+                pos += length
+            elif kind == DELETED:
+                state = None
+            elif kind == ZLIB:
+                state = decompress(view[pos:pos + length])
+                pos += length
+            else:
+                raise ValueError(f'unknown record kind {kind}')
+            append((oid, tid, state))
+        # (Only a whole parse can tell whether the lengths add up.)
+        if count == self.count and pos != self.end:
+            raise ValueError('record lengths do not add up')
+        return entries
+
+
+def open_file(path, identity):
+    """The CacheFile at ``path`` written by :func:`write_file` for
+    ``identity``, checked but not parsed; None, never raising, when the
+    file is missing, unreadable, damaged, truncated, of another format
+    version or another identity (all but a missing file logged as
+    warnings)."""
     try:
         with open(path, 'rb') as f:
             data = f.read()
@@ -91,13 +137,28 @@ def read_file(path, identity):
         log.warning('Ignoring persistent cache file %s: %s', path, e)
         return None
     try:
-        return _parse(data, identity)
-    except (_BadFile, struct.error, zlib.error, UnicodeError) as e:
+        return _check(data, identity)
+    except (_BadFile, struct.error, UnicodeError) as e:
         log.warning('Ignoring persistent cache file %s: %s', path, e)
         return None
 
 
-def _parse(data, identity):
+def read_file(path, identity):
+    """``(saved_horizon, [(oid, tid, state), ...])`` from a file written by
+    :func:`write_file` for ``identity``, most valuable first (see
+    CacheFile.records); None, never raising, for a file ``open_file``
+    refuses or whose records do not parse (logged as a warning)."""
+    found = open_file(path, identity)
+    if found is None:
+        return None
+    try:
+        return found.horizon, found.records()
+    except (ValueError, struct.error, zlib.error) as e:
+        log.warning('Ignoring persistent cache file %s: %s', path, e)
+        return None
+
+
+def _check(data, identity):
     if len(data) < _HEAD.size + _HORIZON.size + _CRC.size:
         raise _BadFile('too short')
     magic, version, name_len = _HEAD.unpack_from(data)
@@ -114,28 +175,4 @@ def _parse(data, identity):
         raise _BadFile(f'written for {name!r}, not {identity!r}')
     horizon, count = _HORIZON.unpack_from(data, pos + name_len)
     pos += name_len + _HORIZON.size
-    unpack = _RECORD.unpack_from
-    step = _RECORD.size
-    decompress = zlib.decompress
-    # States as views of the file's bytes, not copies: the cache copies
-    # what it keeps (relstorage.cache.local.LocalCache.restore).
-    view = memoryview(data)
-    entries = []
-    append = entries.append
-    for _ in range(count):
-        oid, tid, kind, length = unpack(data, pos)
-        pos += step
-        if kind == _RAW:
-            state = view[pos:pos + length]
-            pos += length
-        elif kind == _DELETED:
-            state = None
-        elif kind == _ZLIB:
-            state = decompress(view[pos:pos + length])
-            pos += length
-        else:
-            raise _BadFile(f'unknown record kind {kind}')
-        append((oid, tid, state))
-    if pos != end:
-        raise _BadFile('record lengths do not add up')
-    return horizon, entries
+    return CacheFile(data, horizon, count, pos, end)

@@ -12,14 +12,18 @@ import hashlib
 import logging
 import os
 import random
+import struct
 import time
+import zlib
 
-from relstorage.cache.file import read_file
+from relstorage.cache.file import open_file
 
 log = logging.getLogger(__name__)
 
-#: Entries whose current tid is checked against the database at start-up.
+#: Entries whose current tid is checked against the database at start-up,
+#: drawn from the file's first SAMPLE_FROM.
 SAMPLE = 100
+SAMPLE_FROM = 10000
 
 
 def identity(storage):
@@ -39,12 +43,13 @@ def load(storage):
     """Fill the root storage's cache from its file, if there is one."""
     path = path_for(storage)
     started = time.monotonic()
-    found = read_file(path, identity(storage))
+    found = open_file(path, identity(storage))
     if found is None:
         return 0
-    saved, entries = found
+    saved = found.horizon
     adapter = storage._adapter
     cm = adapter.connmanager
+    usable = True
     conn, cursor = cm.open_load()
     try:
         cm.begin_snapshot(conn, cursor)
@@ -53,7 +58,9 @@ def load(storage):
         if current >= saved:
             changed = {oid for oid, _ in adapter.poller.changes(
                 cursor, saved, current)}
-            kept = [(oid, tid) for oid, tid, _ in entries
+            # Drawn from the most valuable entries (the file's first): a
+            # file of another database differs in any of them.
+            kept = [(oid, tid) for oid, tid, _ in found.records(SAMPLE_FROM)
                     if oid not in changed]
             sample = random.sample(kept, min(SAMPLE, len(kept)))
             if sample:
@@ -70,12 +77,22 @@ def load(storage):
                         'the local cache file %s does not match the database '
                         '(%d of %d sampled objects differ); not using it',
                         path, len(stale), len(sample))
-                    entries = ()
+                    usable = False
+    except (ValueError, struct.error, zlib.error) as e:
+        log.warning('Ignoring persistent cache file %s: %s', path, e)
+        return 0
     finally:
         cm.close(conn, cursor)
-    restored = storage._cache.restore(saved, entries, current, changed)
+    try:
+        if usable:
+            restored = storage._cache.restore_file(found, current, changed)
+        else:
+            restored = storage._cache.restore(saved, (), current, changed)
+    except (ValueError, struct.error, zlib.error) as e:
+        log.warning('Ignoring persistent cache file %s: %s', path, e)
+        return 0
     log.info('local cache: %d of %d objects read back from %s in %.2fs '
-             '(%d changed since it was written)', restored, len(entries),
+             '(%d changed since it was written)', restored, found.count,
              path, time.monotonic() - started, len(changed))
     return restored
 
