@@ -9,6 +9,32 @@ class PostgreSQLMirror(Mirror):
     PARAM = '%s'
     STATE = 'CAST(%s AS jsonb)'
 
+    def statements(self, rows, deleted):
+        """One statement for all rows: a JSON array of ``[zoid, module,
+        name, state]`` that the server parses once (the states are JSON
+        already: put in as they are), where the shared form sends 200
+        rows of five parameters a statement.  benchmarks/mirror.py,
+        5,000 documents added in commits of 100, history-preserving:
+        2.45 s against 3.60 (1.11 without the mirror)."""
+        out = []
+        if rows:
+            dumps = json.dumps
+            text = '[' + ','.join([
+                f'[{zoid},{dumps(module)},{dumps(name)},{state or "null"}]'
+                for zoid, module, name, state in rows]) + ']'
+            out.append((
+                f'INSERT INTO object_json '
+                f'(zoid, tid, class_module, class_name, state) '
+                f"SELECT c.zoid, c.tid, e->>1, e->>2, "
+                f"NULLIF(e->3, 'null'::jsonb) "
+                f'FROM jsonb_array_elements(CAST(%s AS jsonb)) e '
+                f"JOIN {self.current} c ON c.zoid = CAST(e->>0 AS bigint)"
+                + self.UPSERT, (text,)))
+        if deleted:
+            out.append(('DELETE FROM object_json WHERE zoid = ANY(%s)',
+                        (list(deleted),)))
+        return out
+
     def _at(self, path, value):
         # Containment ({"data": {"title": VALUE}}), which a GIN index on
         # state serves (docs/json.rst, "Indexes").
