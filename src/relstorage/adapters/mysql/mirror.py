@@ -4,6 +4,7 @@ import json
 
 from relstorage.adapters.mirror import Mirror
 from relstorage.adapters.mirror import json_path
+from relstorage.adapters.objects import batched
 
 
 class MySQLMirror(Mirror):
@@ -13,6 +14,36 @@ class MySQLMirror(Mirror):
         ON DUPLICATE KEY UPDATE
             tid = VALUES(tid), class_module = VALUES(class_module),
             class_name = VALUES(class_name), state = VALUES(state)"""
+
+    def statements(self, rows, deleted):
+        """One statement for all rows: a JSON array of ``[zoid, module,
+        name, state]`` read by JSON_TABLE (MySQL 8, MariaDB 10.6 and
+        later, what this adapter supports), where the shared form sends
+        200 rows of five parameters a statement.  A JSON null of
+        JSON_TABLE reads as the text null: made SQL's NULL."""
+        out = []
+        if rows:
+            dumps = json.dumps
+            text = '[' + ','.join([
+                f'[{zoid},{dumps(module)},{dumps(name)},{state or "null"}]'
+                for zoid, module, name, state in rows]) + ']'
+            out.append((
+                'INSERT INTO object_json '
+                '(zoid, tid, class_module, class_name, state) '
+                "SELECT c.zoid, c.tid, t.module, t.name, "
+                "NULLIF(t.state, 'null') "
+                "FROM JSON_TABLE(%s, '$[*]' COLUMNS ("
+                "zoid BIGINT PATH '$[0]', "
+                "module VARCHAR(255) PATH '$[1]', "
+                "name VARCHAR(255) PATH '$[2]', "
+                "state JSON PATH '$[3]')) t "
+                f'JOIN {self.current} c ON c.zoid = t.zoid' + self.UPSERT,
+                (text,)))
+        for chunk in batched(deleted, 500):
+            out.append((
+                'DELETE FROM object_json WHERE zoid IN ('
+                + ', '.join(['%s'] * len(chunk)) + ')', list(chunk)))
+        return out
 
     def _at(self, path, value):
         # The value at the path is the one given, or (JSON_CONTAINS's way)
