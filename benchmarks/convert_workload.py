@@ -591,10 +591,8 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    from workload import execute
-    result = execute(parse_args(argv), COMMANDS)
-    print(json.dumps(result), flush=True)
-    return 0
+    from pack_workload import run_script
+    return run_script(parse_args, COMMANDS, argv)
 
 
 if __name__ == '__main__':

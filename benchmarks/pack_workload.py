@@ -511,8 +511,11 @@ COMMANDS = {'build': cmd_build, 'grow': cmd_grow, 'writer': cmd_writer,
             'count': cmd_count, 'pack': cmd_pack}
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def subcommands(description):
+    """A parser of subcommands, and ``command(name)``, which adds one with
+    the options every workload command on a storage takes (its config
+    file, ``--expect-under``, ``--patch-mariadb``)."""
+    parser = argparse.ArgumentParser(description=description)
     sub = parser.add_subparsers(dest='command', required=True)
 
     def command(name):
@@ -526,7 +529,20 @@ def parse_args(argv):
                        help='apply mariadb_patch.py first (RelStorage 4.3 '
                        'on MariaDB only)')
         return p
+    return parser, command
 
+
+def run_script(parse_args, commands, argv):
+    """A workload script's main: the command's JSON document on
+    stdout."""
+    from workload import execute
+    result = execute(parse_args(argv), commands)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+def parse_args(argv):
+    parser, command = subcommands(__doc__.splitlines()[0])
     p = command('build')
     p.add_argument('--objects', type=int, required=True,
                    help='documents to add (the folders and BTree nodes '
@@ -557,10 +573,7 @@ def writer_arguments(p):
 
 
 def main(argv=None):
-    from workload import execute
-    result = execute(parse_args(argv), COMMANDS)
-    print(json.dumps(result), flush=True)
-    return 0
+    return run_script(parse_args, COMMANDS, argv)
 
 
 if __name__ == '__main__':

@@ -46,8 +46,6 @@ prints one JSON document on stdout and its progress on stderr::
     ``--sample`` documents (and their attachments' files) read, so that a
     pack that removed something reachable fails here.
 """
-import argparse
-import json
 import os
 import random
 import sys
@@ -351,22 +349,8 @@ COMMANDS = {'first-request': cmd_first_request, 'fill-cache': cmd_fill_cache,
 
 
 def parse_args(argv):
-    from pack_workload import writer_arguments
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest='command', required=True)
-
-    def command(name):
-        p = sub.add_parser(name)
-        p.add_argument('config', help='a ZConfig file: %%import relstorage '
-                       'and one <relstorage> section')
-        p.add_argument('--expect-under',
-                       help='refuse to run with a relstorage from anywhere '
-                       'else')
-        p.add_argument('--patch-mariadb', action='store_true',
-                       help='apply mariadb_patch.py first (RelStorage 4.3 '
-                       'on MariaDB only)')
-        return p
-
+    from pack_workload import subcommands, writer_arguments
+    parser, command = subcommands(__doc__.splitlines()[0])
     command('first-request').add_argument('--seed', type=int, default=1)
     p = command('fill-cache')
     p.add_argument('--entries', type=int, required=True)
@@ -383,10 +367,8 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    from workload import execute
-    result = execute(parse_args(argv), COMMANDS)
-    print(json.dumps(result), flush=True)
-    return 0
+    from pack_workload import run_script
+    return run_script(parse_args, COMMANDS, argv)
 
 
 if __name__ == '__main__':

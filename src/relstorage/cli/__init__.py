@@ -108,6 +108,27 @@ def relstorage_adapter(config):
     return adapter
 
 
+def each_adapter(configs, log, ask, failure):
+    """``ask(adapter)`` for the adapter of each ``<relstorage>`` section of
+    ``configs`` (other sections are passed over, with a warning); returns
+    the exit status (FAILED when ``ask`` raised for any, logged as
+    ``NAME: FAILURE: why``) and ``[(name, answer)]``."""
+    status, found = OK, []
+    for config in configs:
+        name = storage_name(config)
+        try:
+            adapter = relstorage_adapter(config)
+            if adapter is None:
+                log.warning('%s is not a relstorage: passed over', name)
+                continue
+            found.append((name, ask(adapter)))
+        except Exception as e:
+            log.error('%s: %s: %s', name, failure,
+                      ' '.join(str(e).split()) or type(e).__name__)
+            status = FAILED
+    return status, found
+
+
 def load_named_storages(path, names):
     """The storage sections named ``names`` (``<filestorage source>``)
     of the ZConfig file ``path``, in that order; each must be there once.

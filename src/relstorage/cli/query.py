@@ -23,13 +23,10 @@ import json
 import sys
 
 from relstorage.cli import BAD_INPUT
-from relstorage.cli import FAILED
-from relstorage.cli import OK
 from relstorage.cli import command_parser
+from relstorage.cli import each_adapter
 from relstorage.cli import load_or_report
-from relstorage.cli import relstorage_adapter
 from relstorage.cli import setup_logging
-from relstorage.cli import storage_name
 
 PROGRAM = 'relstorage-query'
 #: The schema version that added the mirror (migrations/0007-json).
@@ -112,7 +109,16 @@ def parser():
 
 def ask(adapter, args):
     """The answer to ``args.question`` on ``adapter``'s database: a list
-    of dicts."""
+    of dicts.  Raises ValueError where the database has no mirror."""
+    if not adapter.capabilities.json_mirror:
+        raise ValueError('this database has no JSON mirror')
+    version, _ = adapter.schema.status()
+    if version is None:
+        raise ValueError('the database holds no relstorage schema')
+    if version < MIRROR_VERSION:
+        raise ValueError(
+            f'its schema (version {version}) has no JSON mirror: '
+            f'run relstorage-migrate, then relstorage-mirror')
     cm, mirror = adapter.connmanager, adapter.mirror
     conn = cm.connect()
     cursor = conn.cursor()
@@ -139,28 +145,8 @@ def main(argv=None):
     configs = load_or_report(PROGRAM, args.config)
     if configs is None:
         return BAD_INPUT
-    status, found = OK, []
-    for config in configs:
-        name = storage_name(config)
-        try:
-            adapter = relstorage_adapter(config)
-            if adapter is None:
-                log.warning('%s is not a relstorage: passed over', name)
-                continue
-            if not adapter.capabilities.json_mirror:
-                raise ValueError('this database has no JSON mirror')
-            version, _ = adapter.schema.status()
-            if version is None:
-                raise ValueError('the database holds no relstorage schema')
-            if version < MIRROR_VERSION:
-                raise ValueError(
-                    f'its schema (version {version}) has no JSON mirror: '
-                    f'run relstorage-migrate, then relstorage-mirror')
-            found.append((name, ask(adapter, args)))
-        except Exception as e:
-            log.error('%s: cannot ask it: %s', name,
-                      ' '.join(str(e).split()) or type(e).__name__)
-            status = FAILED
+    status, found = each_adapter(
+        configs, log, lambda adapter: ask(adapter, args), 'cannot ask it')
     if args.json:
         print(json.dumps([{'storage': name, 'answer': answer}
                           for name, answer in found], indent=2))

@@ -17,13 +17,10 @@ import time
 
 from relstorage.adapters.pack import PackRun
 from relstorage.cli import BAD_INPUT
-from relstorage.cli import FAILED
-from relstorage.cli import OK
 from relstorage.cli import command_parser
+from relstorage.cli import each_adapter
 from relstorage.cli import load_or_report
-from relstorage.cli import relstorage_adapter
 from relstorage.cli import setup_logging
-from relstorage.cli import storage_name
 from relstorage.migrations import mode_name
 from relstorage.tids import tid_time
 
@@ -161,21 +158,9 @@ def main(argv=None):
     configs = load_or_report(PROGRAM, args.config)
     if configs is None:
         return BAD_INPUT
-    status, found = OK, []
-    for config in configs:
-        name = storage_name(config)
-        try:
-            adapter = relstorage_adapter(config)
-            if adapter is None:
-                log.warning('%s is not a relstorage: passed over', name)
-                continue
-            figures = collect(adapter.schema)
-        except Exception as e:
-            log.error('%s: cannot read it: %s', name,
-                      ' '.join(str(e).split()) or type(e).__name__)
-            status = FAILED
-            continue
-        found.append((name, figures))
+    status, found = each_adapter(
+        configs, log, lambda adapter: collect(adapter.schema),
+        'cannot read it')
     if args.json:
         print(json.dumps([dict(storage=name, **figures)
                           for name, figures in found], indent=2))
