@@ -178,6 +178,16 @@ class Mirror:
         return [tuple(row) for row in cursor.fetchall()]
 
 
+def rows_array(rows):
+    """``rows`` (``(zoid, module, name, JSON text or None)``) as the text
+    of one JSON array of ``[zoid, module, name, state]``: the states are
+    JSON already, put in as they are."""
+    dumps = json.dumps
+    return '[' + ','.join([
+        f'[{zoid},{dumps(module)},{dumps(name)},{state or "null"}]'
+        for zoid, module, name, state in rows]) + ']'
+
+
 def json_path(keys):
     """``$."a"."b"``: a JSON path of object keys (SQLite, MySQL)."""
     return '$' + ''.join('.' + json.dumps(str(key)) for key in keys)

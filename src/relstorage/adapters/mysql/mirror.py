@@ -4,6 +4,7 @@ import json
 
 from relstorage.adapters.mirror import Mirror
 from relstorage.adapters.mirror import json_path
+from relstorage.adapters.mirror import rows_array
 from relstorage.adapters.objects import batched
 
 
@@ -23,10 +24,6 @@ class MySQLMirror(Mirror):
         JSON_TABLE reads as the text null: made SQL's NULL."""
         out = []
         if rows:
-            dumps = json.dumps
-            text = '[' + ','.join([
-                f'[{zoid},{dumps(module)},{dumps(name)},{state or "null"}]'
-                for zoid, module, name, state in rows]) + ']'
             out.append((
                 'INSERT INTO object_json '
                 '(zoid, tid, class_module, class_name, state) '
@@ -38,7 +35,7 @@ class MySQLMirror(Mirror):
                 "name VARCHAR(255) PATH '$[2]', "
                 "state JSON PATH '$[3]')) t "
                 f'JOIN {self.current} c ON c.zoid = t.zoid' + self.UPSERT,
-                (text,)))
+                (rows_array(rows),)))
         for chunk in batched(deleted, 500):
             out.append((
                 'DELETE FROM object_json WHERE zoid IN ('

@@ -3,6 +3,7 @@ the state as JSONB, read with its operators and JSON paths."""
 import json
 
 from relstorage.adapters.mirror import Mirror
+from relstorage.adapters.mirror import rows_array
 
 
 class PostgreSQLMirror(Mirror):
@@ -18,10 +19,6 @@ class PostgreSQLMirror(Mirror):
         2.45 s against 3.60 (1.11 without the mirror)."""
         out = []
         if rows:
-            dumps = json.dumps
-            text = '[' + ','.join([
-                f'[{zoid},{dumps(module)},{dumps(name)},{state or "null"}]'
-                for zoid, module, name, state in rows]) + ']'
             out.append((
                 f'INSERT INTO object_json '
                 f'(zoid, tid, class_module, class_name, state) '
@@ -29,7 +26,7 @@ class PostgreSQLMirror(Mirror):
                 f"NULLIF(e->3, 'null'::jsonb) "
                 f'FROM jsonb_array_elements(CAST(%s AS jsonb)) e '
                 f"JOIN {self.current} c ON c.zoid = CAST(e->>0 AS bigint)"
-                + self.UPSERT, (text,)))
+                + self.UPSERT, (rows_array(rows),)))
         if deleted:
             out.append(('DELETE FROM object_json WHERE zoid = ANY(%s)',
                         (list(deleted),)))
