@@ -126,6 +126,29 @@ def galera_db(cluster):
     cluster.drop_database(name)
 
 
+def test_a_node_outside_the_primary_component_is_a_lost_connection():
+    """Error 1180 of a Galera node that left the primary component (seen
+    once in test_a_killed_node, as a raw OperationalError) is a lost
+    connection: nothing was committed, the transaction may be retried on
+    another node."""
+    import MySQLdb
+    from relstorage.adapters.mysql import MySQLAdapter
+    from relstorage.config.options import Options
+    from relstorage.errors import DisconnectedError
+    adapter = MySQLAdapter(host='127.0.0.1', db='nowhere', driver='mysqlclient')
+    adapter.configure(Options())
+    raw = MySQLdb.OperationalError(
+        1180, 'Error while appending streaming replication fragment'
+              '(provider status: Not connected to Primary Component)')
+    with pytest.raises(DisconnectedError, match='primary component'):
+        with adapter.connmanager.translate('committing'):
+            raise raw
+    other = MySQLdb.OperationalError(1180, 'Got error 5 during COMMIT')
+    with pytest.raises(MySQLdb.OperationalError):
+        with adapter.connmanager.translate('committing'):
+            raise other
+
+
 def test_writes_reach_every_node_and_a_restarted_node_catches_up(
         cluster, galera_db):
     cluster.sql(1, f'CREATE TABLE {galera_db}.t '

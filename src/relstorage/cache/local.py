@@ -54,12 +54,11 @@ import threading
 import zlib
 from collections import deque
 from itertools import chain
+from types import SimpleNamespace
 
-from relstorage.cache.file import DELETED
-from relstorage.cache.file import RAW
-from relstorage.cache.file import RECORD
-from relstorage.cache.file import ZLIB
 from relstorage.cache.file import identity_bytes
+from relstorage.cache.warm import fill_empty
+from relstorage.cache.warm import restore_file
 from relstorage.cache.file import write_file
 
 #: Bytes charged per entry on top of its stored state, outside the dict
@@ -107,6 +106,10 @@ _FIXED_COST = ENTRY_OVERHEAD - _META_SIZE
 #: What restoring a saved cache plans per entry for the dict's and the
 #: queues' growth.
 _TABLE_ALLOWANCE = 72
+LAYOUT = SimpleNamespace(       # what relstorage.cache.warm needs
+    ENTRY_OVERHEAD=ENTRY_OVERHEAD, _TABLE_ALLOWANCE=_TABLE_ALLOWANCE,
+    _pack_meta=_pack_meta, _LIVE=_LIVE, _ZIPPED=_ZIPPED,
+    _DELETED_STATE=_DELETED_STATE)
 
 def _deque_block():
     """The size of a deque's block of oids, as its ``__sizeof__`` grows."""
@@ -477,7 +480,7 @@ class LocalCache:
                 # At start-up, into an empty cache: the entries go in as
                 # _put would put them, without its per-entry checks (the
                 # budget above kept them within the limit).
-                self._fill_empty(chosen, current_tid, live)
+                fill_empty(self, LAYOUT, chosen, current_tid, live)
                 return len(chosen)
             put = self._put
             # Least valuable first, so the first entries end up most recent.
@@ -488,93 +491,14 @@ class LocalCache:
         return len(chosen)
 
     def restore_file(self, found, current_tid, changed_oids):
-        """``restore`` from a CacheFile (relstorage.cache.file.open_file):
-        into an empty cache that does not compress, in one pass over the
-        file's bytes (no list of its entries, one copy of each state);
-        else through ``restore``.  Raises ValueError (or struct.error)
-        when the file's records do not parse."""
+        """``restore`` from a CacheFile (cache.file.open_file); into an
+        empty cache, in one pass over the file (cache.warm)."""
         with self._lock:
             empty = not self._entries
         if not empty or self._compress:
             return self.restore(found.horizon, found.records(), current_tid,
                                 changed_oids)
-        if not isinstance(changed_oids, (set, frozenset, dict)):
-            changed_oids = set(changed_oids)
-        saved = found.horizon
-        with self._lock:
-            if self._horizon is None:
-                self._horizon = current_tid
-            if current_tid < saved:
-                return 0
-            live_flag = _LIVE if current_tid >= self._horizon else 0
-            budget = self._entry_limit - self._size - self._tables()
-            data, pos, end = found.data, found.start, found.end
-            view = memoryview(data)
-            unpack, step = RECORD.unpack_from, RECORD.size
-            entries, probation = self._entries, self._probation
-            object_max, size, restored = self.object_max, 0, 0
-            try:
-                for _ in range(found.count):
-                    oid, tid, kind, length = unpack(data, pos)
-                    start = pos + step
-                    pos = start + length
-                    if (oid in changed_oids or tid > saved or length > object_max
-                            or oid in entries):
-                        continue
-                    if kind == RAW:
-                        stored, flags = view[start:pos], live_flag
-                    elif kind == DELETED:
-                        stored, flags = None, _DELETED_STATE | live_flag
-                    elif kind == ZLIB:
-                        stored = zlib.decompress(view[start:pos])
-                        flags = live_flag
-                        if len(stored) > object_max:
-                            continue
-                    else:
-                        raise ValueError(f'unknown record kind {kind}')
-                    length = 0 if stored is None else len(stored)
-                    cost = ENTRY_OVERHEAD + _TABLE_ALLOWANCE + length
-                    if cost > budget:
-                        break
-                    budget -= cost
-                    meta = _pack_meta(tid, current_tid, flags)
-                    # (bytes + a view of the file: one copy.)
-                    entries[oid] = meta if stored is None else meta + stored
-                    # The file's first entries are its most valuable: the most
-                    # recent on probation.
-                    probation.appendleft(oid)
-                    size += length + ENTRY_OVERHEAD
-                    restored += 1
-                else:
-                    if pos != end:
-                        raise ValueError('record lengths do not add up')
-            except BaseException:
-                # A damaged file: nothing of it stays.
-                entries.clear()
-                probation.clear()
-                raise
-            self._size += size
-        return restored
-
-    def _fill_empty(self, chosen, known, live):
-        """Put ``chosen`` (most valuable first) into the empty cache, on
-        probation, the most valuable the most recent; the lock is held."""
-        entries, probation = self._entries, self._probation
-        live_flag = _LIVE if live else 0
-        size = 0
-        for oid, tid, stored, zipped in reversed(chosen):
-            if stored is None:
-                entries[oid] = _pack_meta(tid, known,
-                                          _DELETED_STATE | live_flag)
-                size += ENTRY_OVERHEAD
-            else:
-                # (bytes + a memoryview of the file: one copy.)
-                entries[oid] = _pack_meta(
-                    tid, known, (_ZIPPED if zipped else 0) | live_flag
-                ) + stored
-                size += len(stored) + ENTRY_OVERHEAD
-            probation.append(oid)
-        self._size += size
+        return restore_file(self, LAYOUT, found, current_tid, changed_oids)
 
     # Internals; the lock is held by the caller where it matters.
 

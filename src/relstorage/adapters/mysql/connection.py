@@ -61,6 +61,11 @@ ER_UNKNOWN_ERROR = 1105
 ER_DISK_FULL = 1021
 ER_RECORD_FILE_FULL = 1114
 ER_GET_ERRNO = 1030
+#: Galera, on a node that left the cluster's primary component: "Error
+#: while appending streaming replication fragment (provider status: Not
+#: connected to Primary Component)", "Got error 6 ... during COMMIT".  A
+#: node outside the primary component commits nothing.
+ER_ERROR_DURING_COMMIT = 1180
 # The session is gone: server gone away, lost connection, killed,
 # shut down, and MySQL 8's "disconnected by the server".
 _GONE = {2006, 2013, 2055, 1927, 1053, 4031}
@@ -427,6 +432,12 @@ class MySQLConnectionManager(ConnectionManager):
                     f'space for this database (disk full, or a table at its '
                     f'size limit); nothing of this transaction was '
                     f'committed ({e})') from e
+            if (number == ER_ERROR_DURING_COMMIT
+                    and 'primary component' in str(e).lower()):
+                raise DisconnectedError(
+                    f'{what}: the Galera node {self._description} is not in '
+                    f'the cluster\'s primary component; nothing of this '
+                    f'transaction was committed ({e})') from e
             if number in _GONE or isinstance(e, driver.InterfaceError):
                 raise DisconnectedError(
                     f'{what}: lost the connection to {self._description}; '
