@@ -16,6 +16,7 @@ JSON, and its upsert.
 import json
 
 from relstorage.adapters.interfaces import IMirror
+from relstorage.adapters.objects import _bytes
 from relstorage.adapters.objects import batched
 from zope.interface import implementer
 
@@ -191,9 +192,3 @@ def rows_array(rows):
 def json_path(keys):
     """``$."a"."b"``: a JSON path of object keys (SQLite, MySQL)."""
     return '$' + ''.join('.' + json.dumps(str(key)) for key in keys)
-
-
-def _bytes(value):
-    """A state as the driver returns it (bytes, memoryview, a buffer) as
-    bytes."""
-    return value if isinstance(value, bytes) else bytes(value)
