@@ -186,5 +186,6 @@ def measured(cmd, logfile, timeout):
         raise WorkloadFailed('\n'.join(lines[-TAIL_LINES:]) +
                              f'\n(exit status {proc.returncode}; the whole '
                              f'log: {logfile})')
-    # ru_maxrss is in KiB on Linux.
+    # ru_maxrss is in KiB on Linux.  It starts from this (small) harness's
+    # own resident size at the fork, so it is never below that.
     return seconds, usage.ru_maxrss / 1024
