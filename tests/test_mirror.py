@@ -312,6 +312,30 @@ def test_fill_writes_what_commits_without_json_state_left_out(
     db.close()
 
 
+def test_the_fill_writes_a_null_for_what_it_cannot_render(open_storage):
+    """Beside rendered rows, in one batch: the class, and SQL's NULL (not
+    JSON's null) for the state, as a commit writes them."""
+    storage = open_storage()
+    db, conn = _build_without_mirror(storage, 3)
+    txn = transaction.Transaction()
+    storage.tpc_begin(txn)
+    oid = storage.new_oid()
+    storage.store(oid, None, b'\x80\x03cpersistent.mapping\n'
+                  b'PersistentMapping\nq\x00.', '', txn)
+    storage.tpc_vote(txn)
+    storage.tpc_finish(txn)
+    counts = fill_module.fill(storage._adapter)
+    assert (counts['rendered'], counts['unrendered']) == (5, 1)
+    rows = _rows(storage)
+    assert rows[u64(oid)][1:] == ('persistent.mapping', 'PersistentMapping',
+                                  None)
+    assert query(storage, 'SELECT COUNT(*) FROM object_json '
+                          'WHERE state IS NULL') == [(1,)]
+    assert _rows(storage) == _expected(storage)
+    conn.close()
+    db.close()
+
+
 def test_a_stopped_fill_goes_on_where_it_stopped(open_storage):
     storage = open_storage()
     db, conn = _build_without_mirror(storage, 30)

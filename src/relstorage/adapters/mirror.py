@@ -90,18 +90,26 @@ class Mirror:
         None)``), each only where ``tid`` is still the object's current
         revision: one a commit replaced meanwhile is left to that commit
         (or to the next fill)."""
+        for sql, params in self.fill_statements(rows):
+            cursor.execute(sql, params)
+
+    def fill_statements(self, rows):
+        """``[(sql, params)]`` of ``fill``: 200 rows a statement here, one
+        JSON array where the database reads one."""
         p = self.PARAM
+        one = (f'SELECT zoid, tid, {p}, {p}, {self.STATE} '
+               f'FROM {self.current} WHERE zoid = {p} AND tid = {p}')
+        out = []
         for chunk in batched(rows, self.CHUNK):
-            one = (f'SELECT zoid, tid, {p}, {p}, {self.STATE} '
-                   f'FROM {self.current} WHERE zoid = {p} AND tid = {p}')
             params = []
             for zoid, tid, module, name, state in chunk:
                 params += (module, name, state, zoid, tid)
-            cursor.execute(
+            out.append((
                 'INSERT INTO object_json '
                 '(zoid, tid, class_module, class_name, state) '
                 + ' UNION ALL '.join([one] * len(chunk)) + self.UPSERT,
-                params)
+                params))
+        return out
 
     def orphans(self, cursor, delete=False):
         """The rows of objects that no longer have a state (deleted, or
@@ -180,13 +188,15 @@ class Mirror:
 
 
 def rows_array(rows):
-    """``rows`` (``(zoid, module, name, JSON text or None)``) as the text
-    of one JSON array of ``[zoid, module, name, state]``: the states are
-    JSON already, put in as they are."""
+    """``rows`` (``(zoid, module, name, JSON text or None)``, or ``(zoid,
+    tid, module, name, JSON text or None)``) as the text of one JSON array
+    of ``[zoid, module, name, state]`` (or ``[zoid, tid, ...]``): the
+    states are JSON already, put in as they are."""
     dumps = json.dumps
     return '[' + ','.join([
-        f'[{zoid},{dumps(module)},{dumps(name)},{state or "null"}]'
-        for zoid, module, name, state in rows]) + ']'
+        f'[{",".join(str(int(n)) for n in numbers)},{dumps(module)},'
+        f'{dumps(name)},{state or "null"}]'
+        for *numbers, module, name, state in rows]) + ']'
 
 
 def json_path(keys):

@@ -22,25 +22,35 @@ class MySQLMirror(Mirror):
         later, what this adapter supports), where the shared form sends
         200 rows of five parameters a statement.  A JSON null of
         JSON_TABLE reads as the text null: made SQL's NULL."""
-        out = []
-        if rows:
-            out.append((
-                'INSERT INTO object_json '
-                '(zoid, tid, class_module, class_name, state) '
-                "SELECT c.zoid, c.tid, t.module, t.name, "
-                "NULLIF(t.state, 'null') "
-                "FROM JSON_TABLE(%s, '$[*]' COLUMNS ("
-                "zoid BIGINT PATH '$[0]', "
-                "module VARCHAR(255) PATH '$[1]', "
-                "name VARCHAR(255) PATH '$[2]', "
-                "state JSON PATH '$[3]')) t "
-                f'JOIN {self.current} c ON c.zoid = t.zoid' + self.UPSERT,
-                (rows_array(rows),)))
+        out = [self._bulk(rows, False)] if rows else []
         for chunk in batched(deleted, 500):
             out.append((
                 'DELETE FROM object_json WHERE zoid IN ('
                 + ', '.join(['%s'] * len(chunk)) + ')', list(chunk)))
         return out
+
+    def fill_statements(self, rows):
+        """One statement, as for a commit's rows, each row written where
+        its tid is still the object's current one."""
+        return [self._bulk(rows, True)] if rows else []
+
+    def _bulk(self, rows, with_tid):
+        # Elements [zoid, (tid,) module, name, state].
+        n = 1 if with_tid else 0
+        tid = "tid BIGINT PATH '$[1]', " if with_tid else ''
+        same = ' AND c.tid = t.tid' if with_tid else ''
+        return (
+            'INSERT INTO object_json '
+            '(zoid, tid, class_module, class_name, state) '
+            "SELECT c.zoid, c.tid, t.module, t.name, "
+            "NULLIF(t.state, 'null') "
+            "FROM JSON_TABLE(%s, '$[*]' COLUMNS ("
+            f"zoid BIGINT PATH '$[0]', {tid}"
+            f"module VARCHAR(255) PATH '$[{n + 1}]', "
+            f"name VARCHAR(255) PATH '$[{n + 2}]', "
+            f"state JSON PATH '$[{n + 3}]')) t "
+            f'JOIN {self.current} c ON c.zoid = t.zoid' + same
+            + self.UPSERT, (rows_array(rows),))
 
     def _at(self, path, value):
         # The value at the path is the one given, or (JSON_CONTAINS's way)
