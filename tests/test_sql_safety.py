@@ -51,10 +51,6 @@ REVIEWED = {
     ('adapters/mirror.py', 'where'):
         'a condition of the code with placeholders (_at); the path and '
         'the value are bound',
-    ('adapters/mirror.py',
-     "' UNION ALL '.join([one] * len(chunk))"):
-        'one SELECT of the code with placeholders, repeated; the values '
-        'are bound',
     ('adapters/postgresql/drivers.py', 'middle'):
         "the JSON mirror's statements (adapters/mirror.py), constants of "
         'the code with placeholders; the values are bound',
