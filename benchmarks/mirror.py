@@ -16,7 +16,11 @@ Plone-like states, commits with and without it, and the disk it takes.
    ``add``, ``--documents`` documents into a folder in commits of
    ``--batch``; ``update``, a new title and modification date for each,
    in commits of ``--batch``.  The best time of each phase per side, and
-   with/without (target: at most 1.25).
+   with/without (target: at most 1.25).  A third side, ``free``, commits
+   with ``json-state`` but with every rendering done beforehand (the
+   commit's renderer answers from a table filled by an untimed run of the
+   same phases): what the database's part of the mirror costs, the floor
+   that no renderer, however fast, goes below.
 3. The disk: ``object_json`` and ``object_state`` (with their indexes)
    after the phases, on the last database with the mirror (PostgreSQL
    ``pg_total_relation_size``, InnoDB's allocated tablespace, SQLite's
@@ -102,6 +106,32 @@ def time_renderer(repeat):
 
 # -- commits -------------------------------------------------------------
 
+class FreeRenderer:
+    """Stands in for the commit's renderer (``relstorage.storage.commit.
+    render``): the renderings of states it has seen, so that a second run
+    of the same phases renders nothing.  ``misses`` counts the states it
+    had to render."""
+
+    def __init__(self):
+        import relstorage.storage.commit as commit
+        self.module, self.real = commit, commit.render
+        self.memo, self.misses = {}, 0
+
+    def __call__(self, state):
+        found = self.memo.get(state)
+        if found is None:
+            self.misses += 1
+            found = self.memo[state] = self.real(state)
+        return found
+
+    def __enter__(self):
+        self.module.render = self
+        return self
+
+    def __exit__(self, *exc):
+        self.module.render = self.real
+
+
 def phases(config, args):
     """Seconds of the add and update phases on the storage of
     ``config``."""
@@ -167,31 +197,46 @@ def table_bytes(database, backend, name):
 
 
 def commits(backend, database, mode, args):
-    timings = {'off': [], 'on': []}
+    timings = {'off': [], 'on': [], 'free': []}
     sizes = {}
+    free = FreeRenderer()
+
+    def run(side):
+        name = f'mirrorbench_{side}_{mode}'
+        database.drop(name)
+        database.create(name)
+        options = ['json-state true'] if side != 'off' else []
+        config = relstorage_zconfig(database, 'ours', name,
+                                    MODES[mode][1], options)
+        if side == 'free':
+            with free:
+                timed = phases(config, args)
+        else:
+            timed = phases(config, args)
+        if side == 'on':
+            sizes.update(table_bytes(database, backend, name))
+        database.drop(name)
+        return timed
+
+    # Untimed: the free renderer's table filled.
+    run('free')
+    free.misses = 0
     for round_ in range(args.repeat):
-        # ABBA...: neither side always meets the machine as the other
-        # left it.
-        for side in ('off', 'on') if round_ % 2 == 0 else ('on', 'off'):
-            name = f'mirrorbench_{side}_{mode}'
-            database.drop(name)
-            database.create(name)
-            options = ['json-state true'] if side == 'on' else []
-            config = relstorage_zconfig(database, 'ours', name,
-                                        MODES[mode][1], options)
-            timings[side].append(phases(config, args))
+        # ABC, CBA...: no side always meets the machine as another left it.
+        order = ('off', 'on', 'free')
+        for side in order if round_ % 2 == 0 else order[::-1]:
+            timings[side].append(run(side))
             log(f'{TITLES[backend]} {mode} json-state {side}: add '
                 f'{timings[side][-1]["add"]:.2f}s, update '
                 f'{timings[side][-1]["update"]:.2f}s')
-            if side == 'on':
-                sizes = table_bytes(database, backend, name)
-            database.drop(name)
-    out = {}
+    out = {'free_renderer_misses': free.misses}
     for phase in ('add', 'update'):
-        off = best([t[phase] for t in timings['off']], lowest=True)
-        on = best([t[phase] for t in timings['on']], lowest=True)
+        off, on, floor = (best([t[phase] for t in timings[side]],
+                               lowest=True)
+                          for side in ('off', 'on', 'free'))
         out[phase] = {'off_seconds': off, 'on_seconds': on,
-                      'ratio': on / off}
+                      'ratio': on / off, 'free_seconds': floor,
+                      'free_ratio': floor / off}
     return out, sizes
 
 
@@ -227,7 +272,8 @@ def main(argv=None):
             timed, sizes = commits(backend, database, mode, args)
             results.setdefault(backend, {})[mode] = {'commits': timed,
                                                     'bytes': sizes}
-            for phase, figures in timed.items():
+            for phase in ('add', 'update'):
+                figures = timed[phase]
                 ok = figures['ratio'] <= TARGET
                 checks.append({'where': f'{TITLES[backend]} {mode}',
                                'label': phase, 'ratio': figures['ratio'],
@@ -237,15 +283,28 @@ def main(argv=None):
                              f'{figures["on_seconds"]:.2f} s',
                              f'{figures["ratio"]:.2f}',
                              'ok' if ok else 'MISS',
+                             f'{figures["free_seconds"]:.2f} s',
+                             f'{figures["free_ratio"]:.2f}',
                              (f'{sizes["object_json"] / 1e6:.1f} / '
                               f'{sizes["object_state"] / 1e6:.1f} MB')
                              if sizes and phase == 'add' else ''))
     tail = ['', f'Commits: {args.documents:,} documents in commits of '
                 f'{args.batch}, best of {args.repeat} rounds per side; '
-                f'target: with/without at most {TARGET}.', '']
+                f'target: with/without at most {TARGET}.  "free": with '
+                f'the mirror, every state rendered beforehand (the '
+                f'database\'s part alone).', '']
     tail += render(('database', 'mode', 'phase', 'without', 'with',
-                    'ratio', 'target', 'object_json / object_state'),
+                    'ratio', 'target', 'free', 'ratio',
+                    'object_json / object_state'),
                    rows, right_from=3)
+    missed = [f'{TITLES[b]} {m}: {cell["commits"]["free_renderer_misses"]}'
+              for b, modes in results.items() for m, cell in modes.items()
+              if cell['commits']['free_renderer_misses']]
+    if missed:
+        # The phases' states differed from the untimed run's: the free
+        # side rendered some of them, so its figure is above the floor.
+        tail += ['', 'States the free side had to render (its figure is '
+                     'then above the floor): ' + ', '.join(missed)]
     show(tail)
     write_results(args.json, {
         'environment': finish(env),
