@@ -218,16 +218,22 @@ def test_a_restored_database_has_its_mirror(open_storage, tmp_path):
     assert {'data': {'x': [3]}} in [row[3] for row in rows.values()]
 
 
-def test_a_state_that_cannot_be_rendered_commits_with_a_null(open_storage):
-    storage = open_storage(json_state=True)
+def _store_unrenderable(storage):
+    """Commit a record that cannot be rendered (a class pickle and no
+    state: no JSON, no error); its oid."""
     txn = transaction.Transaction()
     storage.tpc_begin(txn)
     oid = storage.new_oid()
-    # A class pickle and no state: no JSON, no error.
     storage.store(oid, None, b'\x80\x03cpersistent.mapping\n'
                   b'PersistentMapping\nq\x00.', '', txn)
     storage.tpc_vote(txn)
     storage.tpc_finish(txn)
+    return oid
+
+
+def test_a_state_that_cannot_be_rendered_commits_with_a_null(open_storage):
+    storage = open_storage(json_state=True)
+    oid = _store_unrenderable(storage)
     tid, module, name, state = _rows(storage)[u64(oid)]
     assert (module, name, state) == ('persistent.mapping',
                                      'PersistentMapping', None)
@@ -317,13 +323,7 @@ def test_the_fill_writes_a_null_for_what_it_cannot_render(open_storage):
     JSON's null) for the state, as a commit writes them."""
     storage = open_storage()
     db, conn = _build_without_mirror(storage, 3)
-    txn = transaction.Transaction()
-    storage.tpc_begin(txn)
-    oid = storage.new_oid()
-    storage.store(oid, None, b'\x80\x03cpersistent.mapping\n'
-                  b'PersistentMapping\nq\x00.', '', txn)
-    storage.tpc_vote(txn)
-    storage.tpc_finish(txn)
+    oid = _store_unrenderable(storage)
     counts = fill_module.fill(storage._adapter)
     assert (counts['rendered'], counts['unrendered']) == (5, 1)
     rows = _rows(storage)

@@ -34,6 +34,9 @@ class Mirror:
             class_name = excluded.class_name, state = excluded.state"""
     #: Rows per statement (five parameters each).
     CHUNK = 200
+    #: Whether the database reads rows from one JSON array in one
+    #: statement (``_bulk``).
+    ONE_ARRAY = False
 
     def __init__(self, keep_history):
         self.current = 'current_object' if keep_history else 'object_state'
@@ -94,8 +97,10 @@ class Mirror:
             cursor.execute(sql, params)
 
     def fill_statements(self, rows):
-        """``[(sql, params)]`` of ``fill``: 200 rows a statement here, one
+        """``[(sql, params)]`` of ``fill``: 200 rows a statement, or one
         JSON array where the database reads one."""
+        if self.ONE_ARRAY:
+            return [self._bulk(rows, True)] if rows else []
         p = self.PARAM
         one = (f'SELECT zoid, tid, {p}, {p}, {self.STATE} '
                f'FROM {self.current} WHERE zoid = {p} AND tid = {p}')
@@ -110,6 +115,14 @@ class Mirror:
                 + ' UNION ALL '.join([one] * len(chunk)) + self.UPSERT,
                 params))
         return out
+
+    def _bulk(self, rows, with_tid):
+        """With ONE_ARRAY: the statement (and its parameters) that writes
+        ``rows`` sent as one JSON array (``rows_array``) of ``[zoid,
+        module, name, state]``, or with ``with_tid`` of ``[zoid, tid,
+        module, name, state]``, each row only where that tid is still the
+        object's current one."""
+        raise NotImplementedError
 
     def orphans(self, cursor, delete=False):
         """The rows of objects that no longer have a state (deleted, or

@@ -11,6 +11,7 @@ from relstorage.adapters.objects import batched
 class MySQLMirror(Mirror):
     PARAM = '%s'
     STATE = '%s'
+    ONE_ARRAY = True
     UPSERT = """
         ON DUPLICATE KEY UPDATE
             tid = VALUES(tid), class_module = VALUES(class_module),
@@ -29,13 +30,7 @@ class MySQLMirror(Mirror):
                 + ', '.join(['%s'] * len(chunk)) + ')', list(chunk)))
         return out
 
-    def fill_statements(self, rows):
-        """One statement, as for a commit's rows, each row written where
-        its tid is still the object's current one."""
-        return [self._bulk(rows, True)] if rows else []
-
     def _bulk(self, rows, with_tid):
-        # Elements [zoid, (tid,) module, name, state].
         n = 1 if with_tid else 0
         tid = "tid BIGINT PATH '$[1]', " if with_tid else ''
         same = ' AND c.tid = t.tid' if with_tid else ''

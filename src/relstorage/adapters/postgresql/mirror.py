@@ -9,6 +9,7 @@ from relstorage.adapters.mirror import rows_array
 class PostgreSQLMirror(Mirror):
     PARAM = '%s'
     STATE = 'CAST(%s AS jsonb)'
+    ONE_ARRAY = True
 
     def statements(self, rows, deleted):
         """One statement for all rows: a JSON array of ``[zoid, module,
@@ -23,13 +24,7 @@ class PostgreSQLMirror(Mirror):
                         (list(deleted),)))
         return out
 
-    def fill_statements(self, rows):
-        """One statement, as for a commit's rows, each row written where
-        its tid is still the object's current one."""
-        return [self._bulk(rows, True)] if rows else []
-
     def _bulk(self, rows, with_tid):
-        # Elements [zoid, (tid,) module, name, state].
         n = 1 if with_tid else 0
         same = ' AND c.tid = CAST(e->>1 AS bigint)' if with_tid else ''
         return (
