@@ -131,6 +131,100 @@ def test_the_paths_of_a_commit_all_write_it(open_storage, monkeypatch,
     db.close()
 
 
+def _state(value):
+    """A record of a PersistentMapping holding ``value`` (as ZODB pickles
+    it: class, then state)."""
+    import pickle
+    return (pickle.dumps((PersistentMapping, None), 3)
+            + pickle.dumps({'data': {'v': value}}, 3))
+
+
+def _transaction(storage, work, abort=False):
+    """``work(txn)`` in a transaction of the storage's own API, voted,
+    then finished (its tid returned) or aborted."""
+    txn = transaction.Transaction()
+    storage.tpc_begin(txn)
+    work(txn)
+    storage.tpc_vote(txn)
+    if abort:
+        return storage.tpc_abort(txn)
+    return storage.tpc_finish(txn)
+
+
+def _store_new(storage, value, abort=False):
+    """Commit (or abort) a new PersistentMapping holding ``value``; its
+    oid and the transaction's tid."""
+    oid = storage.new_oid()
+    tid = _transaction(storage, lambda txn: storage.store(
+        oid, None, _state(value), '', txn), abort)
+    return oid, tid
+
+
+def test_a_staged_commit_keeps_little_in_memory(open_storage, monkeypatch):
+    """Past SPILL_BYTES the rendered rows go to the database's staging
+    table with the pickles; what comes later in the same transaction (a
+    second store of a staged object, a deletion) overrides them."""
+    storage = open_storage(json_state=True)
+    gone, gone_tid = _store_new(storage, 'gone')
+    monkeypatch.setattr(commit_module, 'SPILL_BYTES', 1)
+    staged = []
+    spill = storage._adapter.mirror.spill
+
+    def counting(cursor, rows, first):
+        staged.append((len(rows), first))
+        return spill(cursor, rows, first)
+    monkeypatch.setattr(storage._adapter.mirror, 'spill', counting)
+    twice, once = storage.new_oid(), storage.new_oid()
+
+    def work(txn):
+        storage.store(twice, None, _state('first'), '', txn)
+        storage.store(once, None, _state('x' * 50), '', txn)
+        storage.store(twice, None, _state('second'), '', txn)
+        storage.deleteObject(gone, gone_tid, txn)
+    _transaction(storage, work)
+    # Each store staged its row at once: one row in memory at most.
+    assert staged == [(1, True), (1, False), (1, False)]
+    rows = _rows(storage)
+    assert rows == _expected(storage)
+    assert rows[u64(twice)][3] == {'data': {'v': 'second'}}
+    assert u64(gone) not in rows and u64(once) in rows
+
+
+def test_an_aborted_staged_commit_leaves_no_row(open_storage, monkeypatch):
+    """The staging table outlives a transaction on some databases: what an
+    aborted transaction staged is never written by the next ones."""
+    storage = open_storage(json_state=True)
+    monkeypatch.setattr(commit_module, 'SPILL_BYTES', 1)
+    _store_new(storage, 'aborted', abort=True)
+    monkeypatch.setattr(commit_module, 'SPILL_BYTES', 1 << 30)
+    small, _ = _store_new(storage, 'small')
+    monkeypatch.setattr(commit_module, 'SPILL_BYTES', 1)
+    big, _ = _store_new(storage, 'staged')
+    rows = _rows(storage)
+    assert set(rows) == {u64(small), u64(big)}
+    assert rows == _expected(storage)
+
+
+def test_conflict_resolution_after_staging(open_storage, monkeypatch):
+    storage = open_storage(json_state=True)
+    db = ZODB.DB(storage)
+    first = db.open()
+    first.root()['count'] = Length(0)
+    transaction.commit()
+    other = transaction.TransactionManager()
+    second = db.open(other)
+    monkeypatch.setattr(commit_module, 'SPILL_BYTES', 1)
+    first.root()['count'].change(1)
+    second.root()['count'].change(10)
+    transaction.commit()
+    other.commit()      # staged with 10, resolved at vote: 11
+    assert _rows(storage)[u64(first.root()['count']._p_oid)][3] == 11
+    assert _rows(storage) == _expected(storage)
+    first.close()
+    second.close()
+    db.close()
+
+
 def test_conflict_resolution_and_deletion(open_storage):
     storage = open_storage(json_state=True)
     db = ZODB.DB(storage)
@@ -150,11 +244,8 @@ def test_conflict_resolution_and_deletion(open_storage):
     del first.root()['gone']
     transaction.commit()
     # IExternalGC: the object itself goes, and its row with it.
-    txn = transaction.Transaction()
-    storage.tpc_begin(txn)
-    storage.deleteObject(gone, storage.load(gone)[1], txn)
-    storage.tpc_vote(txn)
-    storage.tpc_finish(txn)
+    _transaction(storage, lambda txn: storage.deleteObject(
+        gone, storage.load(gone)[1], txn))
     assert u64(gone) not in _rows(storage)
     assert _rows(storage) == _expected(storage)
     first.close()
@@ -200,7 +291,11 @@ def test_pack_removes_the_rows_of_garbage(open_storage):
     db.close()
 
 
-def test_a_restored_database_has_its_mirror(open_storage, tmp_path):
+@pytest.mark.parametrize('staged', [False, True], ids=['memory', 'staged'])
+def test_a_restored_database_has_its_mirror(open_storage, tmp_path,
+                                            monkeypatch, staged):
+    if staged:
+        monkeypatch.setattr(commit_module, 'SPILL_BYTES', 1)
     from ZODB.FileStorage import FileStorage
     source = FileStorage(str(tmp_path / 'Data.fs'))
     sdb = ZODB.DB(source)
@@ -221,13 +316,10 @@ def test_a_restored_database_has_its_mirror(open_storage, tmp_path):
 def _store_unrenderable(storage):
     """Commit a record that cannot be rendered (a class pickle and no
     state: no JSON, no error); its oid."""
-    txn = transaction.Transaction()
-    storage.tpc_begin(txn)
     oid = storage.new_oid()
-    storage.store(oid, None, b'\x80\x03cpersistent.mapping\n'
-                  b'PersistentMapping\nq\x00.', '', txn)
-    storage.tpc_vote(txn)
-    storage.tpc_finish(txn)
+    _transaction(storage, lambda txn: storage.store(
+        oid, None, b'\x80\x03cpersistent.mapping\n'
+        b'PersistentMapping\nq\x00.', '', txn))
     return oid
 
 
@@ -302,11 +394,8 @@ def test_fill_writes_what_commits_without_json_state_left_out(
     conn.root()[3]['n'] = 'changed'
     transaction.commit()
     gone = conn.root()[4]._p_oid
-    txn = transaction.Transaction()
-    storage.tpc_begin(txn)
-    storage.deleteObject(gone, storage.load(gone)[1], txn)
-    storage.tpc_vote(txn)
-    storage.tpc_finish(txn)
+    _transaction(storage, lambda txn: storage.deleteObject(
+        gone, storage.load(gone)[1], txn))
     found = fill_module.check(adapter)
     # Object 3's row is behind; object 4's is an orphan.
     assert (found['behind'], found['orphans']) == (1, 1)

@@ -4,7 +4,8 @@ connections in its pool than there are clients).
 
 In ``transaction`` pooling mode (the adapter's transaction-pooler) ZODB's
 conformance suites in both history modes, the multi-process invariant
-test, a pack while others write, ``zodbconvert`` and a restart of the
+test, the JSON mirror's commits staged in a temporary table, a pack
+while others write, ``zodbconvert`` and a restart of the
 server under its clients (a server of the test's own, behind a bouncer
 of its own) run through it: the tests of the other modules, collected
 here again with ``backend`` and ``private`` overridden (blobs kept in the
@@ -24,6 +25,8 @@ from pgbouncer import Bouncer
 from test_conformance import test_history_free  # noqa: F401
 from test_conformance import test_history_preserving  # noqa: F401
 from test_invariants import test_account_transfers  # noqa: F401
+from test_mirror import test_a_staged_commit_keeps_little_in_memory  # noqa: F401,E501
+from test_mirror import test_an_aborted_staged_commit_leaves_no_row  # noqa: F401,E501
 from test_pack import test_the_pack_time_stays_before_other_clients_open_transactions  # noqa: F401,E501
 from test_pack import test_writers_keep_committing_and_lose_nothing_during_a_pack  # noqa: F401,E501
 from test_pool import _busy

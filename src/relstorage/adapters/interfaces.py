@@ -418,13 +418,21 @@ class IMirror(Interface):
     client with ``json-state``, after its rows are in place and before
     its COMMIT."""
 
-    def statements(rows, deleted):
+    def statements(rows, deleted, staged=False):
         """``[(sql, params)]`` that write ``rows`` (``(zoid, module, name,
         JSON text or None)``, each taking the tid of the object's current
-        revision) and remove the rows of the zoids ``deleted``."""
+        revision) and remove the rows of the zoids ``deleted``; with
+        ``staged``, first the rows ``spill`` staged in this transaction,
+        which ``rows`` and ``deleted`` override."""
 
     def write(cursor, rows, deleted):
         """Run ``statements(rows, deleted)`` on ``cursor``."""
+
+    def spill(cursor, rows, first):
+        """Stage ``rows`` (as for ``statements``) in the session's staging
+        table, for a commit too large to keep them in memory; ``first``
+        for the transaction's first call, which makes the table where it
+        is missing and empties it."""
 
 
 class IHistory(Interface):

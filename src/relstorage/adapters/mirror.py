@@ -46,27 +46,71 @@ class Mirror:
             'ON o.zoid = c.zoid AND o.tid = c.tid' if keep_history
             else 'object_state o')
 
-    def statements(self, rows, deleted):
+    #: The staging table of a commit too large to keep its rows in memory
+    #: (``spill``): the columns of object_json, the tid left NULL.
+    TEMP_JSON = """
+        CREATE TEMP TABLE IF NOT EXISTS temp_json (
+            zoid INTEGER NOT NULL PRIMARY KEY, tid INTEGER,
+            class_module TEXT, class_name TEXT, state TEXT)"""
+
+    def statements(self, rows, deleted, staged=False):
         """``[(sql, params)]`` that write ``rows`` (``(zoid, module,
         name, json text or None)``) and remove the rows of ``deleted``
-        (zoids)."""
+        (zoids); with ``staged``, first the rows the transaction staged
+        (``spill``), which ``rows`` and ``deleted`` then override."""
+        out = []
+        if staged:
+            # (WHERE true: SQLite's parser needs it before ON CONFLICT.)
+            out.append((
+                'INSERT INTO object_json '
+                '(zoid, tid, class_module, class_name, state) '
+                'SELECT t.zoid, c.tid, t.class_module, t.class_name, '
+                f't.state FROM temp_json t JOIN {self.current} c '
+                'ON c.zoid = t.zoid WHERE 1 = 1' + self.UPSERT, ()))
+        if rows:
+            out += self._insert(rows, 'object_json')
+        return out + self._delete(deleted)
+
+    def spill_statements(self, rows, first):
+        """``[(sql, params)]`` that stage ``rows`` (as for
+        ``statements``) in ``temp_json``, out of the client's memory,
+        during a commit too large to keep them there; with ``first`` (the
+        transaction's first spill), after making the table where it is
+        missing and emptying it of what an earlier transaction left."""
+        out = [(self.TEMP_JSON, ()), ('DELETE FROM temp_json', ())] \
+            if first else []
+        return out + self._insert(rows, 'temp_json')
+
+    def spill(self, cursor, rows, first):
+        """Run ``spill_statements`` on ``cursor``."""
+        for sql, params in self.spill_statements(rows, first):
+            cursor.execute(sql, params)
+
+    def _insert(self, rows, table):
+        """Statements that write ``rows`` into ``table``: object_json,
+        each row taking the tid of the object's current revision, or
+        temp_json, without one."""
         p = self.PARAM
-        value = (f'({p}, (SELECT tid FROM {self.current} WHERE zoid = {p}), '
-                 f'{p}, {p}, {self.STATE})')
+        tid = (f'(SELECT tid FROM {self.current} WHERE zoid = {p})'
+               if table == 'object_json' else 'NULL')
+        value = f'({p}, {tid}, {p}, {p}, {self.STATE})'
         out = []
         for chunk in batched(rows, self.CHUNK):
             params = []
             for zoid, module, name, state in chunk:
-                params += (zoid, zoid, module, name, state)
+                params += ((zoid, zoid) if tid != 'NULL' else (zoid,))
+                params += (module, name, state)
             out.append((
-                'INSERT INTO object_json '
+                f'INSERT INTO {table} '
                 '(zoid, tid, class_module, class_name, state) VALUES '
                 + ', '.join([value] * len(chunk)) + self.UPSERT, params))
-        for chunk in batched(deleted, 500):
-            out.append((
-                'DELETE FROM object_json WHERE zoid IN ('
-                + ', '.join([p] * len(chunk)) + ')', list(chunk)))
         return out
+
+    def _delete(self, deleted):
+        p = self.PARAM
+        return [('DELETE FROM object_json WHERE zoid IN ('
+                 + ', '.join([p] * len(chunk)) + ')', list(chunk))
+                for chunk in batched(deleted, 500)]
 
     def write(self, cursor, rows, deleted):
         """Run ``statements`` on ``cursor``."""
@@ -116,12 +160,27 @@ class Mirror:
                 params))
         return out
 
-    def _bulk(self, rows, with_tid):
+    def _from_array(self, rows, table, values, zoid, same=''):
+        """``_bulk``'s statement: the INSERT into ``table`` of ``rows``
+        sent as one JSON array; ``values`` the module, name and state read
+        from it with the FROM that reads it, ``zoid`` the zoid read from
+        it, ``same`` more of the join's condition."""
+        if table == 'temp_json':
+            source = f'SELECT {zoid}, NULL, {values}'
+        else:
+            source = (f'SELECT c.zoid, c.tid, {values} '
+                      f'JOIN {self.current} c ON c.zoid = {zoid}{same}')
+        return (f'INSERT INTO {table} '
+                f'(zoid, tid, class_module, class_name, state) {source}'
+                + self.UPSERT, (rows_array(rows),))
+
+    def _bulk(self, rows, with_tid, table='object_json'):
         """With ONE_ARRAY: the statement (and its parameters) that writes
         ``rows`` sent as one JSON array (``rows_array``) of ``[zoid,
         module, name, state]``, or with ``with_tid`` of ``[zoid, tid,
         module, name, state]``, each row only where that tid is still the
-        object's current one."""
+        object's current one; into ``table`` (``temp_json``: without a
+        tid, ``spill``)."""
         raise NotImplementedError
 
     def orphans(self, cursor, delete=False):

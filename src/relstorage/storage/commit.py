@@ -67,6 +67,9 @@ class PendingTransaction:
         #: states could not be rendered; None without json-state.
         self.mirror = {} if json_state else None
         self.mirror_deleted = set()
+        #: Whether rows of the mirror went to the database's staging table
+        #: (a commit too large to keep them in memory: ``upload``).
+        self.mirror_staged = False
         self.unrendered = 0
         #: The storage's relstorage.storage.oidpool.OIDPool (for ensure_above).
         self.oid_pool = oid_pool
@@ -153,6 +156,8 @@ class PendingTransaction:
             self.written += len(state)
         if self._buffered >= SPILL_BYTES:
             self.upload()
+            if self.mirror:
+                self._stage_mirror()
 
     def _mirror(self, oid, state):
         """Render ``state`` (the last stored for ``oid``) for the JSON
@@ -168,13 +173,25 @@ class PendingTransaction:
         self.mirror[oid] = (found.module, found.name, found.json)
         self.mirror_deleted.discard(oid)
 
+    def _stage_mirror(self):
+        """Send the mirror's rows to the staging table, with the pickles'
+        (their memory is bounded the same way); the last statements move
+        them (``_mirror_statements``)."""
+        with self.adapter.connmanager.translate('staging the JSON mirror'):
+            self.adapter.mirror.spill(
+                self.cursor,
+                [(oid, *row) for oid, row in self.mirror.items()],
+                not self.mirror_staged)
+        self.mirror_staged = True
+        self.mirror = {}
+
     def _mirror_statements(self):
         """The statements that write the mirror's rows, or ()."""
-        if not self.mirror and not self.mirror_deleted:
+        if not (self.mirror or self.mirror_deleted or self.mirror_staged):
             return ()
         return self.adapter.mirror.statements(
             [(oid, *row) for oid, row in self.mirror.items()],
-            sorted(self.mirror_deleted))
+            sorted(self.mirror_deleted), staged=self.mirror_staged)
 
     def own_tid(self, serial):
         """History-free restore: what stages as the row's ``data_txn`` for

@@ -4,8 +4,6 @@ import json
 
 from relstorage.adapters.mirror import Mirror
 from relstorage.adapters.mirror import json_path
-from relstorage.adapters.mirror import rows_array
-from relstorage.adapters.objects import batched
 
 
 class MySQLMirror(Mirror):
@@ -17,35 +15,33 @@ class MySQLMirror(Mirror):
             tid = VALUES(tid), class_module = VALUES(class_module),
             class_name = VALUES(class_name), state = VALUES(state)"""
 
-    def statements(self, rows, deleted):
+    #: (A temporary table lives as long as the session: spill_statements
+    #: empties it at each transaction's first spill.)
+    TEMP_JSON = """
+        CREATE TEMPORARY TABLE IF NOT EXISTS temp_json (
+            zoid BIGINT NOT NULL PRIMARY KEY, tid BIGINT,
+            class_module VARCHAR(255), class_name VARCHAR(255), state JSON
+        ) ENGINE = InnoDB"""
+
+    def _insert(self, rows, table):
         """One statement for all rows: a JSON array of ``[zoid, module,
         name, state]`` read by JSON_TABLE (MySQL 8, MariaDB 10.6 and
         later, what this adapter supports), where the shared form sends
         200 rows of five parameters a statement.  A JSON null of
         JSON_TABLE reads as the text null: made SQL's NULL."""
-        out = [self._bulk(rows, False)] if rows else []
-        for chunk in batched(deleted, 500):
-            out.append((
-                'DELETE FROM object_json WHERE zoid IN ('
-                + ', '.join(['%s'] * len(chunk)) + ')', list(chunk)))
-        return out
+        return [self._bulk(rows, False, table)]
 
-    def _bulk(self, rows, with_tid):
+    def _bulk(self, rows, with_tid, table='object_json'):
         n = 1 if with_tid else 0
         tid = "tid BIGINT PATH '$[1]', " if with_tid else ''
+        values = ("t.module, t.name, NULLIF(t.state, 'null') "
+                  "FROM JSON_TABLE(%s, '$[*]' COLUMNS ("
+                  f"zoid BIGINT PATH '$[0]', {tid}"
+                  f"module VARCHAR(255) PATH '$[{n + 1}]', "
+                  f"name VARCHAR(255) PATH '$[{n + 2}]', "
+                  f"state JSON PATH '$[{n + 3}]')) t")
         same = ' AND c.tid = t.tid' if with_tid else ''
-        return (
-            'INSERT INTO object_json '
-            '(zoid, tid, class_module, class_name, state) '
-            "SELECT c.zoid, c.tid, t.module, t.name, "
-            "NULLIF(t.state, 'null') "
-            "FROM JSON_TABLE(%s, '$[*]' COLUMNS ("
-            f"zoid BIGINT PATH '$[0]', {tid}"
-            f"module VARCHAR(255) PATH '$[{n + 1}]', "
-            f"name VARCHAR(255) PATH '$[{n + 2}]', "
-            f"state JSON PATH '$[{n + 3}]')) t "
-            f'JOIN {self.current} c ON c.zoid = t.zoid' + same
-            + self.UPSERT, (rows_array(rows),))
+        return self._from_array(rows, table, values, 't.zoid', same)
 
     def _at(self, path, value):
         # The value at the path is the one given, or (JSON_CONTAINS's way)
