@@ -182,6 +182,9 @@ def test_the_questions(site):
     text = ask(path, 'refs', oids['d1'])
     assert text.returncode == 0
     assert f'0x{oids["folder"]:016x}  BTrees.OOBTree.OOBTree' in text.stdout
+    lines = ask(path, 'classes').stdout.splitlines()
+    assert lines[1].split() == ['objects', 'pickle', 'bytes', 'class']
+    assert lines[2].split()[-1] == 'persistent.mapping.PersistentMapping'
 
 
 def test_query_bad_input_fails_with_status_2(site):

@@ -160,6 +160,8 @@ def _text(name, answer):
     lines = [name]
     if not answer:
         lines.append('  (none)')
+    elif 'objects' in answer[0]:
+        lines.append(f'  {"objects":>12}  {"pickle bytes":>16}  class')
     for row in answer:
         if 'objects' in row:
             lines.append(f'  {row["objects"]:>12,}  {row["pickle_bytes"]:>16,}'
