@@ -1,7 +1,9 @@
 """The pack's throttle pauses only when a client was held up by a batch
 (relstorage.pack.throttle): measured by the database where it can tell
-(PostgreSQL, MariaDB: sessions waiting for the batch's locks at its end),
-by commits during the batch where it cannot (SQLite)."""
+(PostgreSQL, MariaDB: sessions waiting for the batch's locks at its end,
+and other clients' statements that ran long during it, which the pack's
+watch sees: relstorage.pack.watch), by commits during the batch where it
+cannot (SQLite)."""
 import threading
 import time
 import types
@@ -94,6 +96,58 @@ def test_the_pacer_pauses_only_while_others_commit_and_says_so(monkeypatch):
     assert notes.notes == ['2 of 3 batches followed by a pause while other '
                            'clients committed, 3.8s in all '
                            '(pack-duty-cycle 0.5)']
+
+
+class _Watch:
+    """Stands in for relstorage.pack.watch.Watch: ``take`` answers from
+    ``answers`` (the longest statement seen during a batch; with a pause,
+    then what the pacer discards before it and what it sees during it)."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+
+    def take(self):
+        return self.answers.pop(0)
+
+
+def test_a_batch_that_slowed_others_statements_pauses_and_shrinks(
+        monkeypatch):
+    clock, slept = _fake_time(monkeypatch)
+    watch = _Watch(0.005,               # under SLOW_FLOOR: not looked at
+                   0.05, 0.004,         # slowed: 0.004 seen in the probe
+                   0.0, 0.003,          # (a pause)
+                   0.02, 0.0, 0.003,    # six times the pause's longest
+                   0.005,               # not slowed again
+                   0.05, 0.0, 0.04,     # slowed: the pause's longest 0.04
+                   0.05,                # under twice that: not slowed
+                   None)                # the watch stopped telling
+    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
+                                watch=watch)
+    sizes = []
+    for _ in range(7):
+        _batch(pacer, clock, 0.5, 0)
+        sizes.append(pacer.size)
+    assert slept == [pack_throttle.PROBE] + [pytest.approx(0.5)] * 3
+    assert watch.answers == []
+    # Batches sized to a second, then to half, a quarter of it..., and
+    # back up a quarter at a time.
+    assert sizes[0] == 2 * pack_throttle.FIRST_BATCH
+    assert sizes[1] == sizes[0] and sizes[2] == sizes[1] // 2
+    assert sizes[3] < sizes[2] and sizes[4] < sizes[3]
+    assert pacer.scale == pytest.approx(1.0 / 8 * 1.25 * 1.25)
+    notes = _Notes()
+    pacer.report(notes)
+    assert notes.notes == ['3 of 7 batches followed by a pause while other '
+                           'clients ran slower, 1.5s in all '
+                           '(pack-duty-cycle 0.5)']
+
+
+def test_a_lock_waiter_pauses_whatever_the_watch_says(monkeypatch):
+    clock, slept = _fake_time(monkeypatch)
+    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
+                                watch=_Watch(0.0, 0.0, 0.0))
+    _batch(pacer, clock, 0.5, 1)
+    assert slept == [pytest.approx(0.5)]
 
 
 def test_the_pacer_says_nothing_without_pauses(monkeypatch):
@@ -200,11 +254,91 @@ def test_a_batch_a_writer_waited_for_is_followed_by_a_pause(
     db.close()
 
 
+def test_a_batch_during_which_another_statement_ran_long_pauses(
+        open_storage, backend, monkeypatch):
+    """The watch sees another client's statement that runs long while a
+    batch runs (here one that sleeps), and the pacer pauses after that
+    batch; the pack's own long statements do not count."""
+    storage = open_storage(pack_duty_cycle=0.5)
+    packer = storage._adapter.packer
+    if not packer.times_statements:
+        pytest.skip(f'{backend.name} does not time statements')
+    db = ZODB.DB(storage)
+    _garbage(db, 50)
+    cm = storage._adapter.connmanager
+    sleep = ('SELECT pg_sleep(0.3)' if backend.marker == 'postgresql'
+             else 'SELECT SLEEP(0.3)')
+    original = packer.delete_doomed
+    calls = []
+
+    def slow_other():
+        conn = cm.connect()
+        cursor = conn.cursor()
+        try:
+            cursor.execute(sleep)
+            cursor.fetchall()
+        finally:
+            cm.close(conn, cursor)
+
+    def delete_doomed(cursor, rows, pack_tid):
+        removed = original(cursor, rows, pack_tid)
+        if not calls:
+            thread = threading.Thread(target=slow_other)
+            thread.start()
+            thread.join(10)
+        calls.append(len(rows))
+        return removed
+    monkeypatch.setattr(packer, 'delete_doomed', delete_doomed)
+    notes = _Notes()
+    storage.pack(time.time() + 1, referencesf, progress=notes)
+    paused = [n for n in notes.notes if 'followed by a pause' in n]
+    assert paused and 'ran slower' in paused[0], notes.notes
+    db.close()
+
+
+def test_the_watch_leaves_out_the_pack_and_itself(open_storage, backend):
+    storage = open_storage()
+    packer = storage._adapter.packer
+    if not packer.times_statements:
+        pytest.skip(f'{backend.name} does not time statements')
+    cm = storage._adapter.connmanager
+    sleep = ('SELECT pg_sleep(0.5)' if backend.marker == 'postgresql'
+             else 'SELECT SLEEP(0.5)')
+    conn = cm.connect()
+    cursor = conn.cursor()
+    own = cm.session_id(conn)
+    seen = {}
+
+    def look(exclude, key):
+        other = cm.connect()
+        other_cursor = other.cursor()
+        try:
+            time.sleep(0.25)
+            seen[key] = packer.slowest_statement(other_cursor, exclude)
+        finally:
+            cm.close(other, other_cursor)
+    try:
+        for exclude, key in (([], 'counted'), ([own], 'left out')):
+            thread = threading.Thread(target=look, args=(exclude, key))
+            thread.start()
+            cursor.execute(sleep)
+            cursor.fetchall()
+            thread.join(10)
+    finally:
+        cm.close(conn, cursor)
+    assert 0.15 < seen['counted'] < 5, seen
+    assert seen['left out'] < 0.15, seen
+
+
 def test_commits_that_wait_for_nothing_do_not_slow_the_pack(
         waits_told, monkeypatch):
     storage = waits_told
     db = ZODB.DB(storage)
     _garbage(db, 400)
+    # Lock waits only: the writer's commits may run slower during the
+    # batches on a busy machine, which the watch would see (the test
+    # above).
+    monkeypatch.setattr(pack_throttle, 'SLOW_FLOOR', 60.0)
     # Many small batches, each with commits of others during it.
     monkeypatch.setattr(pack_throttle, 'FIRST_BATCH', 20)
     monkeypatch.setattr(pack_throttle, 'MAX_BATCH', 40)

@@ -367,6 +367,18 @@ class Packer:
         it must not fail that transaction."""
         return None
 
+    #: Whether ``slowest_statement`` can tell (else it says None).
+    times_statements = False
+
+    def slowest_statement(self, cursor, exclude):
+        """Seconds for which the longest statement now running in another
+        client session of this database has run (0.0 when none runs),
+        leaving out the sessions ``exclude`` (the pack's own) and the
+        asking one; None where the database cannot tell.  Asked by the
+        pack's watch (relstorage.pack.watch) many times a second, each
+        time in a transaction of its own."""
+        return None
+
     def oldest_transaction(self, cursor):
         """The start (seconds since the epoch, the server's clock) of the
         oldest transaction still open in a session of this database that

@@ -9,6 +9,7 @@ import time
 from relstorage.errors import LockConflictError
 from relstorage.errors import PackError
 from relstorage.pack.throttle import Pacer as _Pacer
+from relstorage.pack.watch import Watch as _Watch
 from relstorage.tids import tid_text
 from relstorage.tids import tid_time
 
@@ -80,7 +81,6 @@ class DeletionSteps:
             self._stop_gc_if_blocked(run)
         self.write(lambda: packer.mark_packed(cursor, run.pack_tid))
         self.read(lambda: packer.check_mirror(cursor))
-        pacer = _Pacer(options, self._last_tid, packer.counts_waiters)
         # Whether this pack removes all it should from its analysis on: a
         # later pack may then build on it (Packer.base).  Not after an
         # earlier process removed part (it may have skipped objects).
@@ -92,13 +92,23 @@ class DeletionSteps:
             else:
                 total = self.read(
                     lambda: packer.count_doomed(cursor, run.gc, run.upto))
-            skipped = self._batches(
-                run, pacer, DELETING[packer.keep_history],
-                lambda after, size: packer.doomed(cursor, run.gc, after,
-                                                  size),
-                lambda rows: packer.delete_doomed(cursor, rows,
-                                                  run.pack_tid),
-                total)
+            watch = None
+            if options.pack_duty_cycle < 1.0 and packer.times_statements:
+                watch = _Watch.started(self.cm, packer,
+                                       [self.cm.session_id(self.conn)])
+            pacer = _Pacer(options, self._last_tid, packer.counts_waiters,
+                           watch)
+            try:
+                skipped = self._batches(
+                    run, pacer, DELETING[packer.keep_history],
+                    lambda after, size: packer.doomed(cursor, run.gc, after,
+                                                      size),
+                    lambda rows: packer.delete_doomed(cursor, rows,
+                                                      run.pack_tid),
+                    total)
+            finally:
+                if watch is not None:
+                    watch.stop()
             # (Not whole either when garbage collection stopped part way.)
             whole = whole and not skipped and run.gc == gc
             run.phase, run.upto = run.DELETED, -1

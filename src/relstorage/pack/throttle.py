@@ -8,39 +8,70 @@ FIRST_BATCH = 500
 MIN_BATCH, MAX_BATCH = 20, 20000
 
 
+#: A statement of another client seen running this long (seconds) during
+#: a batch may have been slowed by it; shorter ones are not looked at.
+SLOW_FLOOR = 0.01
+#: ... and was, when at least this many times as long as the longest seen
+#: while no batch ran (the last pause).
+SLOWER = 2.0
+#: Seconds without a batch in which the watch learns what others'
+#: statements take when no batch runs, before the first judgement.
+PROBE = 0.2
+#: The least share of pack-batch-timeout that batches are sized to after
+#: slowing others (halved each time, grown back by a quarter otherwise).
+LEAST_SCALE = 0.125
+
+
 class Pacer:
     """Batch sizes and pauses: batches of about pack-batch-timeout seconds,
     each followed, when another client was held up by it, by a pause that
     keeps the work to pack-duty-cycle of the time (never longer than
     pack-max-delay).  Otherwise the next batch follows at once.
 
-    Held up is measured, not assumed: where the database tells (the
-    packer's ``waiters``, asked at the end of each batch's transaction,
-    while it still holds its locks), a batch that another session waited
-    for.  A batch removes rows no commit writes, so that is rare: a
-    client storing an object the pack removes as garbage, or a database
-    that locks more than the rows themselves.  Where it cannot tell
-    (``waiters`` None: SQLite, whose single writer makes every commit
-    during a batch wait for it), a transaction committed since the
-    previous batch (``last_tid()``, asked only then)."""
+    Held up is measured, not assumed, in one of three ways:
 
-    def __init__(self, options, last_tid, waits_known=False):
+    - where the database tells (the packer's ``waiters``, asked at the end
+      of each batch's transaction, while it still holds its locks), a
+      batch that another session waited for.  A batch removes rows no
+      commit writes, so that is rare: a client storing an object the pack
+      removes as garbage, or a database that locks more than the rows;
+    - where the database times other clients' statements (``watch``, a
+      relstorage.pack.watch.Watch), a batch during which one ran longer
+      than SLOW_FLOOR and SLOWER times the longest seen while no batch
+      ran: during the last pause, or before any, in a wait of PROBE
+      seconds after the first batch that saw one run longer than
+      SLOW_FLOOR.
+      Batches that slowed others are also made smaller (to LEAST_SCALE of
+      pack-batch-timeout at the least), as a commit waits behind what the
+      batch wrote before it;
+    - where it tells neither (``waiters`` None: SQLite, whose single
+      writer makes every commit during a batch wait for it), a transaction
+      committed since the previous batch (``last_tid()``, asked only
+      then)."""
+
+    def __init__(self, options, last_tid, waits_known=False, watch=None):
         self.target = options.pack_batch_timeout
         self.duty = options.pack_duty_cycle
         self.max_delay = options.pack_max_delay
         self.size = FIRST_BATCH
         self.last_tid = last_tid
+        self.watch = watch
         self.seen = None
-        if not waits_known and self.duty < 1.0:
+        #: The share of ``target`` batches are sized to, and the longest
+        #: statement of another client seen during the last pause (None
+        #: before one).
+        self.scale = 1.0
+        self.quiet = None
+        if not waits_known and watch is None and self.duty < 1.0:
             # A commit during the first batch counts.
             self._committed()
         #: Batches done, how many were followed by a pause, and the
-        #: seconds paused in all (for the phase's last line); and whether
-        #: the pauses followed commits (the database could not tell
-        #: waits).
+        #: seconds paused in all (for the phase's last line); and why the
+        #: pauses were made: commits (the database could not tell waits),
+        #: slowed statements, lock waits.
         self.batches = self.pauses = 0
         self.paused = 0.0
-        self.by_commits = False
+        self.by_commits = self.by_slowing = False
 
     def _committed(self):
         """Whether a transaction was committed since the last call (False
@@ -48,24 +79,54 @@ class Pacer:
         seen, self.seen = self.seen, self.last_tid()
         return seen is not None and self.seen != seen
 
+    def _slowed(self):
+        """Whether a statement of another client ran slowed during the
+        batch (the watch says), or None when the watch does not tell."""
+        longest = self.watch.take() if self.watch is not None else None
+        if longest is None:
+            return None
+        if longest > SLOW_FLOOR and self.quiet is None:
+            time.sleep(PROBE)
+            self.quiet = self.watch.take()
+            if self.quiet is None:
+                return None
+        slowed = longest > SLOW_FLOOR and longest > SLOWER * self.quiet
+        self.scale = (max(LEAST_SCALE, self.scale / 2) if slowed
+                      else min(1.0, self.scale * 1.25))
+        return slowed
+
     def pause(self, started, waiters=None):
         """After a batch begun at ``started`` (monotonic), for which
         ``waiters`` sessions were waiting at its end (None: unknown)."""
         busy = time.monotonic() - started
         self.batches += 1
-        if busy > 0 and self.target > 0:
-            factor = min(2.0, max(0.25, self.target / busy))
+        slowed = self._slowed()
+        target = self.target * self.scale
+        if busy > 0 and target > 0:
+            factor = min(2.0, max(0.25, target / busy))
             self.size = int(min(MAX_BATCH, max(MIN_BATCH, self.size * factor)))
         if self.duty >= 1.0:
             return
-        if waiters is None:
+        if waiters:
+            held_up = True
+        elif slowed is not None:
+            held_up = slowed
+            self.by_slowing = self.by_slowing or slowed
+        elif waiters is None:
             self.by_commits = True
             held_up = self._committed()
         else:
-            held_up = waiters > 0
+            held_up = False
         if held_up:
             delay = min(busy * (1.0 - self.duty) / self.duty, self.max_delay)
+            if self.watch is not None:
+                self.watch.take()
             time.sleep(delay)
+            if self.watch is not None:
+                # What others' statements take while no batch runs.
+                quiet = self.watch.take()
+                if quiet is not None:
+                    self.quiet = quiet
             self.pauses += 1
             self.paused += delay
 
@@ -74,9 +135,9 @@ class Pacer:
         administrator who finds the deletions slow should know that part
         of their time was left to other clients on purpose."""
         if self.pauses:
+            why = ('committed' if self.by_commits else
+                   'ran slower' if self.by_slowing else 'waited for them')
             progress.note(
                 '%d of %d batches followed by a pause while other clients '
                 '%s, %.1fs in all (pack-duty-cycle %g)',
-                self.pauses, self.batches,
-                'committed' if self.by_commits else 'waited for them',
-                self.paused, self.duty)
+                self.pauses, self.batches, why, self.paused, self.duty)

@@ -162,6 +162,22 @@ class _PostgreSQLPacker(Packer):
         cursor.execute(self.WAITERS)
         return int(cursor.fetchone()[0])
 
+    #: Statements of other clients under way (query_start is NULL for
+    #: sessions of another role without pg_read_all_stats: not counted).
+    SLOWEST_STATEMENT = """
+        SELECT COALESCE(EXTRACT(EPOCH FROM
+                   MAX(clock_timestamp() - query_start)), 0)
+        FROM pg_stat_activity
+        WHERE datname = current_database() AND state = 'active'
+          AND backend_type = 'client backend'
+          AND pid <> pg_backend_pid() AND pid <> ALL(%s)"""
+
+    times_statements = True
+
+    def slowest_statement(self, cursor, exclude):
+        cursor.execute(self.SLOWEST_STATEMENT, (list(exclude),))
+        return float(cursor.fetchone()[0])
+
     def oldest_transaction(self, cursor):
         cm = self.connmanager
         if cm.transaction_pooler:
