@@ -107,8 +107,8 @@ def test_without_json_state_nothing_is_written(open_storage):
 def test_the_paths_of_a_commit_all_write_it(open_storage, monkeypatch,
                                             tmp_path):
     """A commit finished in one call with its rows, one whose rows were
-    staged (spilled past SPILL_BYTES), and one with a blob (the
-    step-by-step finish)."""
+    staged (spilled past SPILL_BYTES), one with a blob (the step-by-step
+    finish), and one with a blob and staged rows."""
     storage = open_storage(json_state=True, blob_dir=str(tmp_path / 'b'),
                            shared_blob_dir=False)
     db = ZODB.DB(storage)
@@ -123,9 +123,15 @@ def test_the_paths_of_a_commit_all_write_it(open_storage, monkeypatch,
     monkeypatch.undo()
     root['file'] = Blob(b'attachment')
     transaction.commit()
+    # The step-by-step finish with staged rows.
+    monkeypatch.setattr(commit_module, 'SPILL_BYTES', 1)
+    root['second file'] = Blob(b'more')
+    root['small']['n'] = 2
+    transaction.commit()
     rows = _rows(storage)
     assert rows == _expected(storage)
-    assert len(rows) == 24
+    assert len(rows) == 25
+    assert rows[u64(root['small']._p_oid)][3] == {'data': {'n': 2}}
     assert rows[u64(root['file']._p_oid)][1:3] == ('ZODB.blob', 'Blob')
     conn.close()
     db.close()
