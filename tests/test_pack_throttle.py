@@ -44,6 +44,13 @@ def _fake_time(monkeypatch):
     return clock, slept
 
 
+def _report(pacer):
+    """What the pacer says at the end of its phase."""
+    notes = _Notes()
+    pacer.report(notes)
+    return notes.notes
+
+
 def _batch(pacer, clock, seconds, waiters=None):
     """A batch of ``seconds`` on the fake clock, then the pacer's turn."""
     started = clock[0]
@@ -63,9 +70,7 @@ def test_where_waits_are_known_only_a_batch_someone_waited_for_pauses(
     _batch(pacer, clock, 0.3, 0)
     assert slept == [pytest.approx(0.4), 3.0]
     assert asked == []      # no round trip for the last tid
-    notes = _Notes()
-    pacer.report(notes)
-    assert notes.notes == ['2 of 4 batches followed by a pause while other '
+    assert _report(pacer) == ['2 of 4 batches followed by a pause while other '
                            'clients waited for them, 3.4s in all '
                            '(pack-duty-cycle 0.5)']
 
@@ -91,9 +96,7 @@ def test_the_pacer_pauses_only_while_others_commit_and_says_so(monkeypatch):
     last[0] += 1
     _batch(pacer, clock, 10.0)      # at most pack-max-delay
     assert slept == [pytest.approx(0.8), 3.0]
-    notes = _Notes()
-    pacer.report(notes)
-    assert notes.notes == ['2 of 3 batches followed by a pause while other '
+    assert _report(pacer) == ['2 of 3 batches followed by a pause while other '
                            'clients committed, 3.8s in all '
                            '(pack-duty-cycle 0.5)']
 
@@ -135,9 +138,7 @@ def test_a_batch_that_slowed_others_statements_pauses_and_shrinks(
     assert sizes[1] == sizes[0] and sizes[2] == sizes[1] // 2
     assert sizes[3] < sizes[2] and sizes[4] < sizes[3]
     assert pacer.scale == pytest.approx(1.0 / 8 * 1.25 * 1.25)
-    notes = _Notes()
-    pacer.report(notes)
-    assert notes.notes == ['3 of 7 batches followed by a pause while other '
+    assert _report(pacer) == ['3 of 7 batches followed by a pause while other '
                            'clients ran slower, 1.5s in all '
                            '(pack-duty-cycle 0.5)']
 
@@ -159,9 +160,7 @@ def test_the_pacer_says_nothing_without_pauses(monkeypatch):
     pacer = pack_throttle.Pacer(options, lambda: last[0])
     last[0] += 1
     pacer.pause(time.monotonic())
-    notes = _Notes()
-    pacer.report(notes)
-    assert notes.notes == []
+    assert _report(pacer) == []
 
 
 # -- on a database ---------------------------------------------------------
