@@ -28,6 +28,7 @@ Plone-like states, commits with and without it, and the disk it takes.
 
 Results go to ``benchmarks/results/mirror.json`` (``--json``).
 """
+import contextlib
 import datetime
 import sys
 import time
@@ -208,10 +209,7 @@ def commits(backend, database, mode, args):
         options = ['json-state true'] if side != 'off' else []
         config = relstorage_zconfig(database, 'ours', name,
                                     MODES[mode][1], options)
-        if side == 'free':
-            with free:
-                timed = phases(config, args)
-        else:
+        with free if side == 'free' else contextlib.nullcontext():
             timed = phases(config, args)
         if side == 'on':
             sizes.update(table_bytes(database, backend, name))

@@ -4,6 +4,7 @@ backend and history mode; loads never read it."""
 import datetime
 import json
 import os
+import pickle
 import time
 
 import pytest
@@ -140,7 +141,6 @@ def test_the_paths_of_a_commit_all_write_it(open_storage, monkeypatch,
 def _state(value):
     """A record of a PersistentMapping holding ``value`` (as ZODB pickles
     it: class, then state)."""
-    import pickle
     return (pickle.dumps((PersistentMapping, None), 3)
             + pickle.dumps({'data': {'v': value}}, 3))
 

@@ -1,6 +1,6 @@
 """Filling an empty LocalCache from its persistent file at start-up, in
 one pass over the file's bytes: no list of its entries, one copy of each
-state (relstorage.cache.layout.LocalCache.restore_file).
+state (relstorage.cache.local.LocalCache.restore_file).
 
 Works on the cache's internals, as LocalCache's own methods do, with the
 layout of its entries (``layout``: relstorage.cache.local.LAYOUT).

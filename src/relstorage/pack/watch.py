@@ -45,11 +45,11 @@ class Watch:
             return None
         cursor = conn.cursor()
         try:
-            if watch._ask(conn, cursor) is None:
-                cm.close(conn, cursor)
-                return None
+            known = watch._ask(conn, cursor) is not None
         except Exception as e:  # noqa: BLE001 - the pack goes on without
             log.debug('pack: the watch cannot ask: %s', e)
+            known = False
+        if not known:
             cm.close(conn, cursor)
             return None
         watch._thread = threading.Thread(

@@ -23,15 +23,9 @@ class MySQLMirror(Mirror):
             class_module VARCHAR(255), class_name VARCHAR(255), state JSON
         ) ENGINE = InnoDB"""
 
-    def _insert(self, rows, table):
-        """One statement for all rows: a JSON array of ``[zoid, module,
-        name, state]`` read by JSON_TABLE (MySQL 8, MariaDB 10.6 and
-        later, what this adapter supports), where the shared form sends
-        200 rows of five parameters a statement.  A JSON null of
-        JSON_TABLE reads as the text null: made SQL's NULL."""
-        return [self._bulk(rows, False, table)]
-
     def _bulk(self, rows, with_tid, table='object_json'):
+        # JSON_TABLE: MySQL 8, MariaDB 10.6 and later, what this adapter
+        # supports.  A JSON null reads as the text null: made SQL's NULL.
         n = 1 if with_tid else 0
         tid = "tid BIGINT PATH '$[1]', " if with_tid else ''
         values = ("t.module, t.name, NULLIF(t.state, 'null') "

@@ -152,19 +152,17 @@ class _MySQLPacker(Packer):
         FROM information_schema.PROCESSLIST
         WHERE DB = DATABASE() AND COMMAND = 'Query'
           AND ID <> CONNECTION_ID() AND ID NOT IN ({in_list})"""
-    #: Whether SLOWEST_STATEMENT works here (until it fails once).
-    _statements_timed = True
-
+    #: (Until SLOWEST_STATEMENT fails once.)
     times_statements = True
 
     def slowest_statement(self, cursor, exclude):
-        if not self._statements_timed:
+        if not self.times_statements:
             return None
         try:
             cursor.execute(self.SLOWEST_STATEMENT.format(
                 in_list=in_list(sorted(exclude)) or '0'))
         except self.connmanager.driver.Error:
-            self._statements_timed = False
+            self.times_statements = False
             return None
         return float(cursor.fetchone()[0])
 
