@@ -26,6 +26,7 @@ transaction for more than 1 s.  Results go to
 A run stopped with Ctrl-C reports the windows it finished.
 """
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -51,6 +52,13 @@ HERE = Path(__file__).resolve().parent
 SOAK = HERE / 'soak_workload.py'
 WORKLOAD = HERE / 'workload.py'
 
+#: The server's own gauges, sampled with the size (their largest per
+#: window is reported): how far behind the server is in cleaning up old
+#: row versions (MariaDB's undo history not yet purged, PostgreSQL's dead
+#: rows not yet vacuumed), and on MariaDB how much of the redo log is
+#: waiting for a checkpoint and how many buffer-pool pages are dirty.
+SERVER_GAUGES = ('purge_backlog', 'checkpoint_age_mb', 'dirty_pages')
+
 #: soak_workload.py's histogram (FLOOR * STEP**i seconds, bucket i).
 FLOOR, STEP = 0.0001, 1.05
 
@@ -72,6 +80,9 @@ class Sampler:
                           "FROM pg_stat_activity WHERE datname = %s "
                           "AND state = 'idle in transaction'")
             self._size = 'SELECT pg_database_size(%s)'
+            # (The sampler's connection is on another database: the dead
+            # rows of ours come from a second one, opened per sample.)
+            self._gauges_dsn = database.dsn(name)
         else:
             conn = database.MySQLdb.connect(
                 host=database.host, port=database.port, user=database.user,
@@ -89,7 +100,9 @@ class Sampler:
             self._size = ('SELECT SUM(data_length + index_length) '
                           'FROM information_schema.tables '
                           'WHERE table_schema = %s')
+            self._gauges_dsn = None
         self._conn = conn
+        self._database = database
         self._name = name
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -108,9 +121,51 @@ class Sampler:
             if turn % 10 == 0:
                 sample['sessions'] = int(self._value(cursor, self._sessions))
                 sample['size'] = int(self._value(cursor, self._size))
+                sample.update(self._gauges(cursor))
+                sample['server_cpu_s'] = self._server_cpu()
             self.samples.append(sample)
             turn += 1
             self._stop.wait(0.5)
+
+    def _server_cpu(self):
+        """CPU seconds used so far by the server's processes (Linux's
+        /proc; the server runs on this machine)."""
+        tick = os.sysconf('SC_CLK_TCK')
+        total = 0
+        for entry in Path('/proc').iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / 'stat').read_text()
+            except OSError:
+                continue
+            command = stat[stat.index('(') + 1:stat.rindex(')')]
+            if command in ('mariadbd', 'mysqld', 'postgres'):
+                fields = stat[stat.rindex(')') + 2:].split()
+                total += int(fields[11]) + int(fields[12])
+        return round(total / tick, 2)
+
+    def _gauges(self, cursor):
+        if self._gauges_dsn is not None:
+            conn = self._database.psycopg2.connect(self._gauges_dsn)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute('SELECT COALESCE(SUM(n_dead_tup), 0) '
+                                'FROM pg_stat_user_tables')
+                    return {'purge_backlog': int(cur.fetchone()[0])}
+            finally:
+                conn.close()
+        cursor.execute(
+            'SHOW GLOBAL STATUS WHERE variable_name IN ('
+            "'Innodb_history_list_length', 'Innodb_checkpoint_age', "
+            "'Innodb_buffer_pool_pages_dirty')")
+        status = {name.lower(): int(value)
+                  for name, value in cursor.fetchall()}
+        return {
+            'purge_backlog': status.get('innodb_history_list_length', 0),
+            'checkpoint_age_mb': round(
+                status.get('innodb_checkpoint_age', 0) / 2 ** 20, 1),
+            'dirty_pages': status.get('innodb_buffer_pool_pages_dirty', 0)}
 
     def stop(self):
         self._stop.set()
@@ -145,10 +200,21 @@ def windows_of(paths, samples, start, window):
             record = json.loads(line)
             entry = found.setdefault(record['window'], {
                 'requests': 0, 'conflicts': 0, 'histogram': None,
-                'rss_kb': {}})
+                'rss_kb': {}, 'cpu_s': {}, 'worker_conflicts': {},
+                'kinds': {},
+                'most_retries': 0, 'samples': []})
             entry['requests'] += record['requests']
             entry['conflicts'] += record['conflicts']
+            entry['worker_conflicts'][worker] = record['conflicts']
+            # (Older records, and the reference side's, may lack these.)
+            for kind, count in record.get('kinds', {}).items():
+                entry['kinds'][kind] = entry['kinds'].get(kind, 0) + count
+            entry['most_retries'] = max(entry['most_retries'],
+                                        record.get('most_retries', 0))
+            entry['samples'].extend(dict(sample, worker=worker)
+                                    for sample in record.get('samples', ()))
             entry['rss_kb'][worker] = record['rss_kb']
+            entry['cpu_s'][worker] = record.get('cpu_s')
             if entry['histogram'] is None:
                 entry['histogram'] = list(record['histogram'])
             else:
@@ -165,6 +231,15 @@ def windows_of(paths, samples, start, window):
             'requests': entry['requests'],
             'rate': entry['requests'] / window,
             'conflicts': entry['conflicts'],
+            'conflicts_per_worker': [entry['worker_conflicts'][w]
+                                     for w in sorted(entry['worker_conflicts'])],
+            'conflict_kinds': entry['kinds'],
+            'most_retries': entry['most_retries'],
+            'conflict_samples': sorted(entry['samples'],
+                                       key=lambda s: s['time']),
+            'server': {key: max(s[key] for s in sized if key in s)
+                       for key in SERVER_GAUGES
+                       if any(key in s for s in sized)},
             'p50': percentile(entry['histogram'], 0.5),
             'p99': percentile(entry['histogram'], 0.99),
             'rss_kb': [entry['rss_kb'][w] for w in sorted(entry['rss_kb'])],
@@ -172,8 +247,47 @@ def windows_of(paths, samples, start, window):
             'idle_in_transaction': max(
                 (s['idle_in_transaction'] for s in span), default=None),
             'size': sized[-1]['size'] if sized else None,
+            'client_cpu_s': sum(v or 0 for v in entry['cpu_s'].values()),
+            'server_cpu_s': sized[-1].get('server_cpu_s') if sized else None,
         })
+    # CPU per request within each window, the client's (all workers) and
+    # the server's: which side a change in throughput comes from.
+    client, server = 0.0, None
+    for w in out:
+        n = w['requests'] or 1
+        w['client_cpu_ms'] = round((w['client_cpu_s'] - client) * 1000 / n, 3)
+        client = w['client_cpu_s']
+        if w['server_cpu_s'] is not None and server is not None:
+            w['server_cpu_ms'] = round(
+                (w['server_cpu_s'] - server) * 1000 / n, 3)
+        else:
+            w['server_cpu_ms'] = None
+        server = w['server_cpu_s']
     return out
+
+
+def conflict_story(windows):
+    """Lines telling the conflicts of any window with several times the
+    usual number: of what kind, which workers, the longest streak of
+    retries, and the conflicts recorded in full."""
+    counts = sorted(w['conflicts'] for w in windows)
+    usual = counts[len(counts) // 2] if counts else 0
+    lines = []
+    for w in windows:
+        if w['conflicts'] <= max(3 * usual, 10):
+            continue
+        lines.append(f"Window {w['window'] + 1}: {w['conflicts']} conflicts "
+                     f'(usual {usual}), per worker '
+                     f"{w['conflicts_per_worker']}, most retries of one "
+                     f"request {w['most_retries']}.")
+        for kind, count in sorted(w['conflict_kinds'].items(),
+                                  key=lambda item: -item[1]):
+            lines.append(f'  {count:6d}  {kind}')
+        for sample in w['conflict_samples']:
+            lines.append(f"  worker {sample['worker']} retry "
+                         f"{sample['retry']}: {sample['message']}")
+        lines.append('')
+    return lines
 
 
 def checks(windows, window, complete):
@@ -288,15 +402,21 @@ def main(argv=None):
              str(w['sessions'] if w['sessions'] is not None else '-'),
              f"{w['idle_in_transaction']:.2f}"
              if w['idle_in_transaction'] is not None else '-',
-             f"{w['size'] / 2 ** 20:.0f}" if w['size'] else '-')
+             f"{w['size'] / 2 ** 20:.0f}" if w['size'] else '-',
+             str(w['server'].get('purge_backlog', '-')),
+             str(w['server'].get('checkpoint_age_mb', '-')),
+             f"{w['client_cpu_ms']:.2f}",
+             f"{w['server_cpu_ms']:.2f}" if w['server_cpu_ms'] else '-')
             for w in windows]
     lines = heading(finish(env)) + [
         f'{TITLES[backend]}, {MODES[args.mode][0]}, {side.label}: '
         f'{args.processes} processes, {args.objects:,} objects, '
         f'{args.blobs} blobs, {args.minutes:g} minutes.', ''] + render(
         ('#', 'window', 'req/s', 'conflicts', 'p50 ms', 'p99 ms',
-         'RSS MB (each worker)', 'sessions', 'idle in txn s', 'size MB'),
-        rows) + [''] + [
+         'RSS MB (each worker)', 'sessions', 'idle in txn s', 'size MB',
+         'purge backlog', 'checkpoint MB', 'client CPU ms/req',
+         'server CPU ms/req'),
+        rows) + [''] + conflict_story(windows) + [
         f"{ {True: 'ok  ', False: 'MISS', None: 'n/a '}[ok]} {what}: "
         f'{detail}' for what, ok, detail in results]
     show(lines)

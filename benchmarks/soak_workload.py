@@ -13,8 +13,12 @@ Commands (each writes one JSON document to ``--out``):
     same one: a conflict now and then, retried), every ``--blob-every``-th
     request also replaces a random small blob and every other such request
     reads one, then commits.  Per ``--window`` seconds (from
-    ``--start``) it records the requests, conflicts, a latency histogram
-    (buckets 5 % apart, merged exactly by soak.py) and its RSS, in
+    ``--start``) it records the requests, conflicts (counted per kind:
+    the exception and the conflicting object's class; the most retries
+    one request needed; the first few in full, oid and serials, to tell
+    a stale read that repeats from real contention), a latency histogram
+    (buckets 5 % apart, merged exactly by soak.py), its RSS and the CPU
+    time it has used so far, in
     ``--windows`` (one JSON line per window, written as each ends, so a
     run that is stopped keeps what it measured).
 """
@@ -38,6 +42,11 @@ from workload import TREES  # noqa: E402
 from workload import Item  # noqa: E402
 from workload import keys_for  # noqa: E402
 from workload import split  # noqa: E402
+
+#: Conflicts recorded in full per window and worker: the first few, and
+#: a request's 10th, 100th, 1000th... retry (a streak's story).
+CONFLICT_SAMPLES = 5
+STREAK_SAMPLES = 10
 
 #: The latency histogram: bucket i holds latencies up to FLOOR * STEP**i
 #: seconds (the last one, everything longer).
@@ -117,6 +126,8 @@ def cmd_worker(args):
     def close_window(index):
         counts['window'] = index
         counts['rss_kb'] = rss_kb()
+        used = os.times()
+        counts['cpu_s'] = round(used.user + used.system, 2)
         out.write(json.dumps(counts) + '\n')
         out.flush()
 
@@ -134,6 +145,7 @@ def cmd_worker(args):
         blob_step = args.blob_every and requests % args.blob_every == 0
         blob_key = rng.choice(blob_keys) if blob_step and blob_keys else None
         started = time.monotonic()
+        retries = 0
         while True:
             conn = db.open(tm)
             try:
@@ -155,9 +167,10 @@ def cmd_worker(args):
                         root['blobs'][blob_key] = fresh
                 tm.commit()
                 break
-            except ConflictError:
+            except ConflictError as error:
                 tm.abort()
-                counts['conflicts'] += 1
+                retries += 1
+                _count_conflict(counts, error, retries, blob_key)
             finally:
                 conn.close()
         latency = time.monotonic() - started
@@ -169,8 +182,27 @@ def cmd_worker(args):
     return {'requests': requests}
 
 
+def _count_conflict(counts, error, retries, blob_key):
+    from ZODB.utils import tid_repr
+    counts['conflicts'] += 1
+    kind = f'{type(error).__name__} on {error.class_name or "?"}'
+    counts['kinds'][kind] = counts['kinds'].get(kind, 0) + 1
+    counts['most_retries'] = max(counts['most_retries'], retries)
+    streak = retries >= 10 and str(retries).strip('0') == '1'
+    if len(counts['samples']) < CONFLICT_SAMPLES or (
+            streak and len(counts['samples'])
+            < CONFLICT_SAMPLES + STREAK_SAMPLES):
+        counts['samples'].append({
+            'time': time.time(), 'kind': kind, 'retry': retries,
+            'oid': error.oid.hex() if error.oid else None,
+            'serials': [tid_repr(s) for s in error.serials or ()],
+            'blob_request': blob_key is not None,
+            'message': str(error)[:300]})
+
+
 def _new_window():
-    return {'requests': 0, 'conflicts': 0, 'histogram': [0] * BUCKETS}
+    return {'requests': 0, 'conflicts': 0, 'kinds': {}, 'most_retries': 0,
+            'samples': [], 'histogram': [0] * BUCKETS}
 
 
 COMMANDS = {'soak-setup': cmd_setup, 'soak-worker': cmd_worker}
