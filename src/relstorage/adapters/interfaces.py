@@ -425,9 +425,6 @@ class IMirror(Interface):
         ``staged``, first the rows ``spill`` staged in this transaction,
         which ``rows`` and ``deleted`` override."""
 
-    def write(cursor, rows, deleted):
-        """Run ``statements(rows, deleted)`` on ``cursor``."""
-
     def spill(cursor, rows, first):
         """Stage ``rows`` (as for ``statements``) in the session's staging
         table, for a commit too large to keep them in memory; ``first``

@@ -119,11 +119,6 @@ class Mirror:
                  + ', '.join([p] * len(chunk)) + ')', list(chunk))
                 for chunk in batched(deleted, 500)]
 
-    def write(self, cursor, rows, deleted):
-        """Run ``statements`` on ``cursor``."""
-        for sql, params in self.statements(rows, deleted):
-            cursor.execute(sql, params)
-
     # -- relstorage-mirror: filling in what commits did not write ---------
 
     def behind(self, cursor, after, limit):
