@@ -27,6 +27,7 @@ A run stopped with Ctrl-C reports the windows it finished.
 """
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -200,7 +201,8 @@ def windows_of(paths, samples, start, window):
             record = json.loads(line)
             entry = found.setdefault(record['window'], {
                 'requests': 0, 'conflicts': 0, 'histogram': None,
-                'rss_kb': {}, 'cpu_s': {}, 'worker_conflicts': {},
+                'rss_kb': {}, 'cpu_s': {}, 'storage': {},
+                'worker_conflicts': {},
                 'kinds': {},
                 'most_retries': 0, 'samples': []})
             entry['requests'] += record['requests']
@@ -215,6 +217,8 @@ def windows_of(paths, samples, start, window):
                                     for sample in record.get('samples', ()))
             entry['rss_kb'][worker] = record['rss_kb']
             entry['cpu_s'][worker] = record.get('cpu_s')
+            for key, value in record.get('storage', {}).items():
+                entry['storage'][key] = entry['storage'].get(key, 0) + value
             if entry['histogram'] is None:
                 entry['histogram'] = list(record['histogram'])
             else:
@@ -249,11 +253,17 @@ def windows_of(paths, samples, start, window):
             'size': sized[-1]['size'] if sized else None,
             'client_cpu_s': sum(v or 0 for v in entry['cpu_s'].values()),
             'server_cpu_s': sized[-1].get('server_cpu_s') if sized else None,
+            'storage': entry['storage'],
         })
     # CPU per request within each window, the client's (all workers) and
     # the server's: which side a change in throughput comes from.
-    client, server = 0.0, None
+    client, server, before = 0.0, None, {}
     for w in out:
+        # The storage's counters (all workers) within the window.
+        now = w.pop('storage')
+        w['storage'] = {key: round(value - before.get(key, 0), 3)
+                        for key, value in now.items()}
+        before = now
         n = w['requests'] or 1
         w['client_cpu_ms'] = round((w['client_cpu_s'] - client) * 1000 / n, 3)
         client = w['client_cpu_s']
@@ -389,6 +399,8 @@ def main(argv=None):
     finally:
         database.drop(name)
     windows = windows_of(paths, samples, start, window)
+    # The workers' blob caches and window files, read now.
+    shutil.rmtree(tmp, ignore_errors=True)
     if not complete:
         windows = windows[:-1]      # (the one under way)
     results = checks(windows, window, complete)
@@ -406,7 +418,9 @@ def main(argv=None):
              str(w['server'].get('purge_backlog', '-')),
              str(w['server'].get('checkpoint_age_mb', '-')),
              f"{w['client_cpu_ms']:.2f}",
-             f"{w['server_cpu_ms']:.2f}" if w['server_cpu_ms'] else '-')
+             f"{w['server_cpu_ms']:.2f}" if w['server_cpu_ms'] else '-',
+             f"{w['storage']['cache_misses'] / w['requests']:.2f}"
+             if 'cache_misses' in w['storage'] and w['requests'] else '-')
             for w in windows]
     lines = heading(finish(env)) + [
         f'{TITLES[backend]}, {MODES[args.mode][0]}, {side.label}: '
@@ -415,7 +429,7 @@ def main(argv=None):
         ('#', 'window', 'req/s', 'conflicts', 'p50 ms', 'p99 ms',
          'RSS MB (each worker)', 'sessions', 'idle in txn s', 'size MB',
          'purge backlog', 'checkpoint MB', 'client CPU ms/req',
-         'server CPU ms/req'),
+         'server CPU ms/req', 'cache misses/req'),
         rows) + [''] + conflict_story(windows) + [
         f"{ {True: 'ok  ', False: 'MISS', None: 'n/a '}[ok]} {what}: "
         f'{detail}' for what, ok, detail in results]

@@ -18,7 +18,8 @@ Commands (each writes one JSON document to ``--out``):
     one request needed; the first few in full, oid and serials, to tell
     a stale read that repeats from real contention), a latency histogram
     (buckets 5 % apart, merged exactly by soak.py), its RSS and the CPU
-    time it has used so far, in
+    time it has used so far and the storage's cumulative counters (loads,
+    cache hits and misses...: ours only), in
     ``--windows`` (one JSON line per window, written as each ends, so a
     run that is stopped keeps what it measured).
 """
@@ -128,6 +129,7 @@ def cmd_worker(args):
         counts['rss_kb'] = rss_kb()
         used = os.times()
         counts['cpu_s'] = round(used.user + used.system, 2)
+        counts['storage'] = _storage_counters(db.storage)
         out.write(json.dumps(counts) + '\n')
         out.flush()
 
@@ -198,6 +200,21 @@ def _count_conflict(counts, error, retries, blob_key):
             'serials': [tid_repr(s) for s in error.serials or ()],
             'blob_request': blob_key is not None,
             'message': str(error)[:300]})
+
+
+#: The storage's counters recorded at each window's end (ours has
+#: ``metrics()``; RelStorage 4.3 has no such method: nothing recorded).
+STORAGE_COUNTERS = ('loads', 'cache_hits', 'cache_misses', 'polls',
+                    'invalidations', 'commits', 'commit_seconds',
+                    'lock_wait_seconds')
+
+
+def _storage_counters(storage):
+    metrics = getattr(storage, 'metrics', None)
+    if metrics is None:
+        return {}
+    found = metrics()
+    return {name: found[name] for name in STORAGE_COUNTERS if name in found}
 
 
 def _new_window():
