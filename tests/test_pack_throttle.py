@@ -143,6 +143,28 @@ def test_a_batch_that_slowed_others_statements_pauses_and_shrinks(
                            '(pack-duty-cycle 0.5)']
 
 
+def test_each_batch_is_told_in_the_debug_log(monkeypatch, caplog):
+    """At DEBUG, a line per batch says what the pacer went by: how long
+    the batch took, what the watch saw of others, its quiet baseline, and
+    whether it paused (how an administrator checks what it decided)."""
+    clock, _ = _fake_time(monkeypatch)
+    watch = _Watch(0.05, 0.004,         # slowed; 0.004 seen in the probe
+                   0.0, 0.003,          # (the pause)
+                   0.005)               # not slowed
+    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
+                                watch=watch)
+    with caplog.at_level('DEBUG', logger='relstorage.pack.throttle'):
+        _batch(pacer, clock, 0.5, 0)
+        _batch(pacer, clock, 0.25, 0)
+    lines = [r.getMessage() for r in caplog.records
+             if r.name == 'relstorage.pack.throttle']
+    assert lines == [
+        "pack: batch 1 took 0.500s; others' longest statement 0.050s, "
+        'quiet 0.004s: pause; next batch 500 objects',
+        "pack: batch 2 took 0.250s; others' longest statement 0.005s, "
+        'quiet 0.003s: no pause; next batch 1000 objects']
+
+
 def test_a_lock_waiter_pauses_whatever_the_watch_says(monkeypatch):
     clock, slept = _fake_time(monkeypatch)
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,

@@ -1,6 +1,9 @@
 """How fast a pack deletes: batch sizes and the pauses between batches
 (pack-batch-timeout, pack-duty-cycle, pack-max-delay)."""
+import logging
 import time
+
+log = logging.getLogger(__name__)
 
 #: Objects in the first deletion batch; later ones are sized to
 #: pack-batch-timeout.
@@ -20,6 +23,10 @@ PROBE = 0.2
 #: The least share of pack-batch-timeout that batches are sized to after
 #: slowing others (halved each time, grown back by a quarter otherwise).
 LEAST_SCALE = 0.125
+
+
+def _seconds(value):
+    return 'unknown' if value is None else '%.3fs' % value
 
 
 class Pacer:
@@ -62,6 +69,8 @@ class Pacer:
         #: before one).
         self.scale = 1.0
         self.quiet = None
+        #: What the watch said of the last batch (for the debug log).
+        self.longest = None
         if not waits_known and watch is None and self.duty < 1.0:
             # A commit during the first batch counts.
             self._committed()
@@ -83,6 +92,7 @@ class Pacer:
         """Whether a statement of another client ran slowed during the
         batch (the watch says), or None when the watch does not tell."""
         longest = self.watch.take() if self.watch is not None else None
+        self.longest = longest
         if longest is None:
             return None
         if longest > SLOW_FLOOR and self.quiet is None:
@@ -117,6 +127,11 @@ class Pacer:
             held_up = self._committed()
         else:
             held_up = False
+        log.debug('pack: batch %d took %.3fs; others\' longest statement '
+                  '%s, quiet %s: %s; next batch %d objects',
+                  self.batches, busy, _seconds(self.longest),
+                  _seconds(self.quiet), 'pause' if held_up else 'no pause',
+                  self.size)
         if held_up:
             delay = min(busy * (1.0 - self.duty) / self.duty, self.max_delay)
             if self.watch is not None:
