@@ -117,11 +117,11 @@ def test_a_batch_that_slowed_others_statements_pauses_and_shrinks(
         monkeypatch):
     clock, slept = _fake_time(monkeypatch)
     watch = _Watch(0.005,               # under SLOW_FLOOR: not looked at
-                   0.05, 0.004,         # slowed: 0.004 seen in the probe
-                   0.0, 0.003,          # (a pause)
-                   0.02, 0.0, 0.003,    # six times the pause's longest
+                   0.05, 0.03, 0.004,   # slowed: the probe's second half
+                   0.0, 0.04, 0.003,    # (a pause: before, halves)
+                   0.02, 0.0, 0.03, 0.003,  # six times the pause's longest
                    0.005,               # not slowed again
-                   0.05, 0.0, 0.04,     # slowed: the pause's longest 0.04
+                   0.05, 0.0, 0.0, 0.04,    # slowed: the pause's end 0.04
                    0.05,                # under twice that: not slowed
                    None)                # the watch stopped telling
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
@@ -130,7 +130,7 @@ def test_a_batch_that_slowed_others_statements_pauses_and_shrinks(
     for _ in range(7):
         _batch(pacer, clock, 0.5, 0)
         sizes.append(pacer.size)
-    assert slept == [pack_throttle.PROBE] + [pytest.approx(0.5)] * 3
+    assert slept == [pack_throttle.PROBE / 2] * 2 + [pytest.approx(0.25)] * 6
     assert watch.answers == []
     # Batches sized to a second, then to half, a quarter of it..., and
     # back up a quarter at a time.
@@ -148,8 +148,8 @@ def test_each_batch_is_told_in_the_debug_log(monkeypatch, caplog):
     the batch took, what the watch saw of others, its quiet baseline, and
     whether it paused (how an administrator checks what it decided)."""
     clock, _ = _fake_time(monkeypatch)
-    watch = _Watch(0.05, 0.004,         # slowed; 0.004 seen in the probe
-                   0.0, 0.003,          # (the pause)
+    watch = _Watch(0.05, 0.02, 0.004,   # slowed; the probe's second half
+                   0.0, 0.02, 0.003,    # (the pause: before, halves)
                    0.005)               # not slowed
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
                                 watch=watch)
@@ -168,9 +168,9 @@ def test_each_batch_is_told_in_the_debug_log(monkeypatch, caplog):
 def test_a_lock_waiter_pauses_whatever_the_watch_says(monkeypatch):
     clock, slept = _fake_time(monkeypatch)
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
-                                watch=_Watch(0.0, 0.0, 0.0))
+                                watch=_Watch(0.0, 0.0, 0.0, 0.0))
     _batch(pacer, clock, 0.5, 1)
-    assert slept == [pytest.approx(0.5)]
+    assert slept == [pytest.approx(0.25)] * 2
 
 
 def test_the_pacer_says_nothing_without_pauses(monkeypatch):
@@ -349,6 +349,41 @@ def test_the_watch_leaves_out_the_pack_and_itself(open_storage, backend):
         cm.close(conn, cursor)
     assert 0.15 < seen['counted'] < 5, seen
     assert seen['left out'] < 0.15, seen
+
+
+def test_the_watch_counts_a_writing_transaction_from_its_start(
+        open_storage, backend):
+    """A commit under way is timed whole, between its statements too (a
+    commit slowed a little at every step shows only there); a reader idle
+    in its snapshot, as a ZODB connection is between requests, is not
+    timed at all."""
+    storage = open_storage()
+    packer = storage._adapter.packer
+    if not packer.times_write_transactions:
+        pytest.skip(f'{backend.name} does not time transactions')
+    cm = storage._adapter.connmanager
+    writer, reader, asker = (cm.connect() for _ in range(3))
+    cursors = [conn.cursor() for conn in (writer, reader, asker)]
+    try:
+        # The writer has written (a row of a table of its own), the reader
+        # has read; neither runs a statement now.  (The connections are in
+        # autocommit mode: the storage begins its transactions itself.)
+        cursors[0].execute('BEGIN')
+        cursors[0].execute('CREATE TEMPORARY TABLE watch_probe (x INT)')
+        cursors[0].execute('INSERT INTO watch_probe VALUES (1)')
+        cursors[1].execute('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
+        cursors[1].execute('SELECT 1')
+        cursors[1].fetchall()
+        time.sleep(0.4)
+        counted = packer.slowest_statement(cursors[2], [])
+        cm.rollback(asker, cursors[2])
+        without_writer = packer.slowest_statement(
+            cursors[2], [cm.session_id(writer)])
+    finally:
+        for conn, cursor in zip((writer, reader, asker), cursors):
+            cm.close(conn, cursor)
+    assert 0.35 < counted < 5, counted
+    assert without_writer < 0.2, without_writer
 
 
 def test_commits_that_wait_for_nothing_do_not_slow_the_pack(

@@ -367,16 +367,21 @@ class Packer:
         it must not fail that transaction."""
         return None
 
-    #: Whether ``slowest_statement`` can tell (else it says None).
+    #: Whether ``slowest_statement`` can tell (else it says None), and
+    #: whether it counts writing transactions whole.
     times_statements = False
+    times_write_transactions = False
 
     def slowest_statement(self, cursor, exclude):
         """Seconds for which the longest statement now running in another
         client session of this database has run (0.0 when none runs),
         leaving out the sessions ``exclude`` (the pack's own) and the
-        asking one; None where the database cannot tell.  Asked by the
-        pack's watch (relstorage.pack.watch) many times a second, each
-        time in a transaction of its own."""
+        asking one; None where the database cannot tell.  Where
+        ``times_write_transactions``, a session whose transaction has
+        written counts from that transaction's start, running a statement
+        or not (a commit under way).  Asked by the pack's watch
+        (relstorage.pack.watch) many times a second, each time in a
+        transaction of its own."""
         return None
 
     def oldest_transaction(self, cursor):

@@ -45,9 +45,9 @@ class Pacer:
     - where the database times other clients' statements (``watch``, a
       relstorage.pack.watch.Watch), a batch during which one ran longer
       than SLOW_FLOOR and SLOWER times the longest seen while no batch
-      ran: during the last pause, or before any, in a wait of PROBE
-      seconds after the first batch that saw one run longer than
-      SLOW_FLOOR.
+      ran: during the second half of the last pause, or before any, of a
+      wait of PROBE seconds after the first batch that saw one run longer
+      than SLOW_FLOOR.
       Batches that slowed others are also made smaller (to LEAST_SCALE of
       pack-batch-timeout at the least), as a commit waits behind what the
       batch wrote before it;
@@ -96,14 +96,23 @@ class Pacer:
         if longest is None:
             return None
         if longest > SLOW_FLOOR and self.quiet is None:
-            time.sleep(PROBE)
-            self.quiet = self.watch.take()
+            self.quiet = self._quiet(PROBE)
             if self.quiet is None:
                 return None
         slowed = longest > SLOW_FLOOR and longest > SLOWER * self.quiet
         self.scale = (max(LEAST_SCALE, self.scale / 2) if slowed
                       else min(1.0, self.scale * 1.25))
         return slowed
+
+    def _quiet(self, seconds):
+        """Wait ``seconds`` without a batch; what others' statements take
+        then, as the watch saw it in the second half of the wait (the
+        first is left to the statements the batch slowed, still running
+        after it)."""
+        time.sleep(seconds / 2)
+        self.watch.take()
+        time.sleep(seconds / 2)
+        return self.watch.take()
 
     def pause(self, started, waiters=None):
         """After a batch begun at ``started`` (monotonic), for which
@@ -136,12 +145,11 @@ class Pacer:
             delay = min(busy * (1.0 - self.duty) / self.duty, self.max_delay)
             if self.watch is not None:
                 self.watch.take()
-            time.sleep(delay)
-            if self.watch is not None:
-                # What others' statements take while no batch runs.
-                quiet = self.watch.take()
+                quiet = self._quiet(delay)
                 if quiet is not None:
                     self.quiet = quiet
+            else:
+                time.sleep(delay)
             self.pauses += 1
             self.paused += delay
 
