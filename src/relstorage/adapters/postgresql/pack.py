@@ -164,13 +164,13 @@ class _PostgreSQLPacker(Packer):
 
     #: Statements of other clients under way (query_start is NULL for
     #: sessions of another role without pg_read_all_stats: not counted).
-    # A session whose transaction has written (it has a transaction id:
-    # a commit under way, from its first row lock or staged row) counts
-    # from its transaction's start, also between its statements: a commit
-    # slowed as a whole, each statement and the client between them a
-    # little late (the pack taking the CPUs), shows only there.  Others,
-    # readers in their snapshots among them, count from their statement's
-    # start while one runs.
+    #: A session whose transaction has written (it has a transaction id:
+    #: a commit under way, from its first row lock or staged row) counts
+    #: from its transaction's start, also between its statements: a
+    #: commit slowed as a whole, each statement and the client between
+    #: them a little late (the pack taking the CPUs), shows only there.
+    #: Others, readers in their snapshots among them, count from their
+    #: statement's start while one runs.
     SLOWEST_STATEMENT = """
         SELECT COALESCE(EXTRACT(EPOCH FROM MAX(clock_timestamp() - CASE
                    WHEN backend_xid IS NOT NULL THEN xact_start
