@@ -118,10 +118,10 @@ def test_a_batch_that_slowed_others_statements_pauses_and_shrinks(
     clock, slept = _fake_time(monkeypatch)
     watch = _Watch(0.005,               # under SLOW_FLOOR: not looked at
                    0.05, 0.03, 0.004,   # slowed: the probe's second half
-                   0.0, 0.04, 0.003,    # (a pause: before, halves)
-                   0.02, 0.0, 0.03, 0.003,  # six times the pause's longest
+                   0.04, 0.003,         # (a pause: its two halves)
+                   0.02, 0.03, 0.003,   # six times the pause's longest
                    0.005,               # not slowed again
-                   0.05, 0.0, 0.0, 0.04,    # slowed: the pause's end 0.04
+                   0.05, 0.0, 0.04,     # slowed: the pause's end 0.04
                    0.05,                # under twice that: not slowed
                    None)                # the watch stopped telling
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
@@ -149,7 +149,7 @@ def test_each_batch_is_told_in_the_debug_log(monkeypatch, caplog):
     whether it paused (how an administrator checks what it decided)."""
     clock, _ = _fake_time(monkeypatch)
     watch = _Watch(0.05, 0.02, 0.004,   # slowed; the probe's second half
-                   0.0, 0.02, 0.003,    # (the pause: before, halves)
+                   0.02, 0.003,         # (the pause: its two halves)
                    0.005)               # not slowed
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
                                 watch=watch)
@@ -168,7 +168,7 @@ def test_each_batch_is_told_in_the_debug_log(monkeypatch, caplog):
 def test_a_lock_waiter_pauses_whatever_the_watch_says(monkeypatch):
     clock, slept = _fake_time(monkeypatch)
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
-                                watch=_Watch(0.0, 0.0, 0.0, 0.0))
+                                watch=_Watch(0.0, 0.0, 0.0))
     _batch(pacer, clock, 0.5, 1)
     assert slept == [pytest.approx(0.25)] * 2
 

@@ -144,7 +144,6 @@ class Pacer:
         if held_up:
             delay = min(busy * (1.0 - self.duty) / self.duty, self.max_delay)
             if self.watch is not None:
-                self.watch.take()
                 quiet = self._quiet(delay)
                 if quiet is not None:
                     self.quiet = quiet

@@ -11,9 +11,10 @@ client session of the same database has been running
 (``Packer.slowest_statement``; on PostgreSQL a commit under way counts
 from its transaction's start, between its statements too: a commit made
 slower a little at every step, as when the pack takes the server's CPUs,
-shows only whole), and keeps the longest seen until asked (``take``).  Where the database cannot tell (SQLite, MySQL), or the
-thread cannot connect or ask, ``take`` says None and the throttle goes by
-what it knew before.
+shows only whole), and keeps the longest seen until asked (``take``).
+Where the database cannot tell (SQLite, MySQL), or the thread cannot
+connect or ask, ``take`` says None and the throttle goes by what it knew
+before.
 """
 import logging
 import threading
