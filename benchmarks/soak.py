@@ -81,9 +81,6 @@ class Sampler:
                           "FROM pg_stat_activity WHERE datname = %s "
                           "AND state = 'idle in transaction'")
             self._size = 'SELECT pg_database_size(%s)'
-            # (The sampler's connection is on another database: the dead
-            # rows of ours come from a second one, opened per sample.)
-            self._gauges_dsn = database.dsn(name)
         else:
             conn = database.MySQLdb.connect(
                 host=database.host, port=database.port, user=database.user,
@@ -101,9 +98,8 @@ class Sampler:
             self._size = ('SELECT SUM(data_length + index_length) '
                           'FROM information_schema.tables '
                           'WHERE table_schema = %s')
-            self._gauges_dsn = None
         self._conn = conn
-        self._database = database
+        self._database, self._backend = database, backend
         self._name = name
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -147,26 +143,16 @@ class Sampler:
         return round(total / tick, 2)
 
     def _gauges(self, cursor):
-        if self._gauges_dsn is not None:
-            conn = self._database.psycopg2.connect(self._gauges_dsn)
-            try:
-                with conn.cursor() as cur:
-                    cur.execute('SELECT COALESCE(SUM(n_dead_tup), 0) '
-                                'FROM pg_stat_user_tables')
-                    return {'purge_backlog': int(cur.fetchone()[0])}
-            finally:
-                conn.close()
-        cursor.execute(
-            'SHOW GLOBAL STATUS WHERE variable_name IN ('
-            "'Innodb_history_list_length', 'Innodb_checkpoint_age', "
-            "'Innodb_buffer_pool_pages_dirty')")
-        status = {name.lower(): int(value)
-                  for name, value in cursor.fetchall()}
-        return {
-            'purge_backlog': status.get('innodb_history_list_length', 0),
-            'checkpoint_age_mb': round(
-                status.get('innodb_checkpoint_age', 0) / 2 ** 20, 1),
-            'dirty_pages': status.get('innodb_buffer_pool_pages_dirty', 0)}
+        # (The harness's queries: on PostgreSQL a connection of its own to
+        # the database, closed before the sessions are counted again.)
+        if self._backend == 'postgresql':
+            return {'purge_backlog': self._database.dead_rows(self._name)}
+        history, dirty, _ = self._database.background_work()
+        cursor.execute("SHOW GLOBAL STATUS LIKE 'Innodb_checkpoint_age'")
+        row = cursor.fetchone()
+        return {'purge_backlog': history, 'dirty_pages': dirty,
+                'checkpoint_age_mb': round(
+                    int(row[1]) / 2 ** 20 if row else 0, 1)}
 
     def stop(self):
         self._stop.set()
@@ -202,9 +188,8 @@ def windows_of(paths, samples, start, window):
             entry = found.setdefault(record['window'], {
                 'requests': 0, 'conflicts': 0, 'histogram': None,
                 'rss_kb': {}, 'cpu_s': {}, 'storage': {},
-                'worker_conflicts': {},
-                'kinds': {},
-                'most_retries': 0, 'samples': []})
+                'worker_conflicts': {}, 'kinds': {}, 'most_retries': 0,
+                'samples': []})
             entry['requests'] += record['requests']
             entry['conflicts'] += record['conflicts']
             entry['worker_conflicts'][worker] = record['conflicts']

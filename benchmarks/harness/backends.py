@@ -159,6 +159,14 @@ class PostgreSQL:
                     'wal_mb': round(float(wal_bytes) / 2**20, 1),
                     'wal_fpi': wal_fpi, 'vacuum': vacuums}
 
+    def dead_rows(self, name):
+        """The dead row versions in database ``name`` that (auto)vacuum
+        has not removed yet (the statistics' estimate)."""
+        with self._cursor(name) as cur:
+            cur.execute('SELECT COALESCE(SUM(n_dead_tup), 0) '
+                        'FROM pg_stat_user_tables')
+            return int(cur.fetchone()[0])
+
     def server_version(self):
         with self._cursor() as cur:
             cur.execute('SHOW server_version')
