@@ -159,8 +159,8 @@ def test_a_step_by_step_finish_ended_midway_commits_nothing(
                 else adapter.mover)
         original = getattr(role, step)
 
-        def rolled_back_after(cursor, *args, original=original):
-            original(cursor, *args)
+        def rolled_back_after(cursor, *args, original=original, **kw):
+            original(cursor, *args, **kw)
             cursor.execute('ROLLBACK')
         monkeypatch.setattr(role, step, rolled_back_after)
         with pytest.raises(ConflictError, match='nothing of it'):

@@ -51,6 +51,8 @@ def _make_old(backend, database, keep_history, version, monkeypatch):
                         version)
     storage = backend.open(database, keep_history=keep_history)
     functions = _write_functions(storage, version)
+    _alter_commit_row(storage, version, 'ADD COLUMN commit_seconds '
+                      + _SECONDS_TYPE[storage._adapter.schema.DATABASE])
     db = ZODB.DB(storage)
     conn = db.open()
     items = conn.root()['items'] = PersistentMapping()
@@ -63,6 +65,7 @@ def _make_old(backend, database, keep_history, version, monkeypatch):
     conn.close()
     expected = _states(storage)
     db.close()
+    _alter_commit_row(storage, version, 'DROP COLUMN commit_seconds')
     if functions:
         cm = storage._adapter.connmanager
         conn = cm.connect()
@@ -73,6 +76,26 @@ def _make_old(backend, database, keep_history, version, monkeypatch):
             cm.close(conn, None)
     monkeypatch.undo()
     return expected
+
+
+#: The type of ``commit_row.commit_seconds`` (step 0008-commit-time).
+_SECONDS_TYPE = {'postgresql': 'DOUBLE PRECISION', 'mysql': 'DOUBLE NULL',
+                 'sqlite': 'REAL'}
+
+
+def _alter_commit_row(storage, version, change):
+    """Before version 8 ``commit_row`` had no ``commit_seconds``, which
+    this code writes at every commit: added to write the old database's
+    data, and dropped after (as ``_write_functions``)."""
+    if version >= 8:
+        return
+    cm = storage._adapter.connmanager
+    conn = cm.connect()
+    try:
+        # (The connections are in autocommit mode.)
+        conn.cursor().execute(f'ALTER TABLE commit_row {change}')
+    finally:
+        cm.close(conn, None)
 
 
 def _write_functions(storage, version):

@@ -159,8 +159,9 @@ def test_the_finish_block_is_whole():
         assert ':tid' not in block          # the variable took its place
         assert block.count('COMMIT;') == 1
         assert binds(block) == (
-            ['packed', 'username', 'description', 'extension', 'new_tid']
-            if hp else ['new_tid'])
+            ['packed', 'username', 'description', 'extension',
+             'commit_seconds', 'new_tid']
+            if hp else ['commit_seconds', 'new_tid'])
 
 
 # -- the roles against a recording cursor --------------------------------
@@ -293,7 +294,10 @@ def test_role_methods_send_a_parameter_per_bind(keep_history):
     blobs.revisions(c, [1, 2])
     txn = a.txncontrol
     txn.record_transaction(c, 9, b'user', b'', b'x' * 40000, ' ')
+    txn.record_transaction(c, 10, b'user', b'', b'', ' ', seconds=0.25)
     assert txn.finish_and_commit(c, b'u', b'd', b'', ' ') == 123456
+    assert txn.finish_and_commit(c, b'u', b'd', b'', ' ', before=(),
+                                 seconds=0.25) == 123456
     packer = a.packer
     packer.refs_state(c)
     packer.set_refs_state(c, __import__(

@@ -1,9 +1,9 @@
 """The pack's throttle pauses only when a client was held up by a batch
 (relstorage.pack.throttle): measured by the database where it can tell
-(PostgreSQL, MariaDB: sessions waiting for the batch's locks at its end,
-and other clients' statements that ran long during it, which the pack's
-watch sees: relstorage.pack.watch), by commits during the batch where it
-cannot (SQLite)."""
+(PostgreSQL, MariaDB: sessions waiting for the batch's locks at its end),
+by the seconds other clients' commits took during it, which they record
+and the pack's watch reads (relstorage.pack.watch), and by commits during
+the batch where neither tells (SQLite)."""
 import threading
 import time
 import types
@@ -103,8 +103,9 @@ def test_the_pacer_pauses_only_while_others_commit_and_says_so(monkeypatch):
 
 class _Watch:
     """Stands in for relstorage.pack.watch.Watch: ``take`` answers from
-    ``answers`` (the longest statement seen during a batch; with a pause,
-    then what the pacer discards before it and what it sees during it)."""
+    ``answers`` (the seconds of the commits seen during a batch; with a
+    pause, then those the pacer discards before its middle and those it
+    keeps after)."""
 
     def __init__(self, *answers):
         self.answers = list(answers)
@@ -113,16 +114,19 @@ class _Watch:
         return self.answers.pop(0)
 
 
-def test_a_batch_that_slowed_others_statements_pauses_and_shrinks(
+def test_a_batch_during_which_a_commit_was_slowed_pauses_and_shrinks(
         monkeypatch):
     clock, slept = _fake_time(monkeypatch)
-    watch = _Watch(0.005,               # under SLOW_FLOOR: not looked at
-                   0.05, 0.03, 0.004,   # slowed: the probe's second half
-                   0.04, 0.003,         # (a pause: its two halves)
-                   0.02, 0.03, 0.003,   # six times the pause's longest
-                   0.005,               # not slowed again
-                   0.05, 0.0, 0.04,     # slowed: the pause's end 0.04
-                   0.05,                # under twice that: not slowed
+    watch = _Watch([0.005],             # under SLOW_FLOOR: not looked at
+                   [0.05, 0.004],       # one slowed: the probe learns
+                   [0.03], [0.004, 0.006],  # the usual (its second half)
+                   [0.002], [0.005],    # (a pause: its two halves)
+                   [0.03],              # six times the usual 0.005
+                   [0.02], [],          # (a pause without commits)
+                   [],                  # no commit: nobody slowed
+                   [0.05],              # slowed again
+                   [0.0], [0.04] * 3,   # the usual is now 0.04...
+                   [0.05, 0.03],        # ... under twice that: not slowed
                    None)                # the watch stopped telling
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
                                 watch=watch)
@@ -137,20 +141,37 @@ def test_a_batch_that_slowed_others_statements_pauses_and_shrinks(
     assert sizes[0] == 2 * pack_throttle.FIRST_BATCH
     assert sizes[1] == sizes[0] and sizes[2] == sizes[1] // 2
     assert sizes[3] < sizes[2] and sizes[4] < sizes[3]
-    assert pacer.scale == pytest.approx(1.0 / 8 * 1.25 * 1.25)
+    assert pacer.scale == pytest.approx(1.0 / 2 / 2 * 1.25 / 2 * 1.25)
+    assert pacer.quiet == [0.004, 0.006, 0.005, 0.04, 0.04, 0.04]
     assert _report(pacer) == ['3 of 7 batches followed by a pause while other '
-                           'clients ran slower, 1.5s in all '
+                           'clients committed slower, 1.5s in all '
                            '(pack-duty-cycle 0.5)']
+
+
+def test_without_a_usual_the_floor_alone_judges(monkeypatch):
+    """No commit seen while no batch ran (a writer committing now and
+    then): a commit over SLOW_FLOOR during a batch is enough."""
+    clock, slept = _fake_time(monkeypatch)
+    watch = _Watch([0.02], [], [],      # slowed; the probe saw none
+                   [], [],              # (the pause: none either)
+                   [0.009])             # under the floor
+    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
+                                watch=watch)
+    _batch(pacer, clock, 0.5, 0)
+    _batch(pacer, clock, 0.5, 0)
+    assert slept == [pack_throttle.PROBE / 2] * 2 + [pytest.approx(0.25)] * 2
+    assert watch.answers == [] and pacer.quiet == []
 
 
 def test_each_batch_is_told_in_the_debug_log(monkeypatch, caplog):
     """At DEBUG, a line per batch says what the pacer went by: how long
-    the batch took, what the watch saw of others, its quiet baseline, and
-    whether it paused (how an administrator checks what it decided)."""
+    the batch took, the commits of others the watch saw, the usual
+    commit, and whether it paused (how an administrator checks what it
+    decided)."""
     clock, _ = _fake_time(monkeypatch)
-    watch = _Watch(0.05, 0.02, 0.004,   # slowed; the probe's second half
-                   0.02, 0.003,         # (the pause: its two halves)
-                   0.005)               # not slowed
+    watch = _Watch([0.05], [0.02], [0.004],     # slowed; the probe
+                   [0.02], [0.003],             # (the pause's halves)
+                   [0.005, 0.001])              # not slowed
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
                                 watch=watch)
     with caplog.at_level('DEBUG', logger='relstorage.pack.throttle'):
@@ -159,16 +180,16 @@ def test_each_batch_is_told_in_the_debug_log(monkeypatch, caplog):
     lines = [r.getMessage() for r in caplog.records
              if r.name == 'relstorage.pack.throttle']
     assert lines == [
-        "pack: batch 1 took 0.500s; others' longest statement 0.050s, "
-        'quiet 0.004s: pause; next batch 500 objects',
-        "pack: batch 2 took 0.250s; others' longest statement 0.005s, "
-        'quiet 0.003s: no pause; next batch 1000 objects']
+        "pack: batch 1 took 0.500s; others' commits seen: 1, the longest "
+        '0.050s, the usual 0.004s: pause; next batch 500 objects',
+        "pack: batch 2 took 0.250s; others' commits seen: 2, the longest "
+        '0.005s, the usual 0.004s: no pause; next batch 1000 objects']
 
 
 def test_a_lock_waiter_pauses_whatever_the_watch_says(monkeypatch):
     clock, slept = _fake_time(monkeypatch)
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
-                                watch=_Watch(0.0, 0.0, 0.0))
+                                watch=_Watch([], [], []))
     _batch(pacer, clock, 0.5, 1)
     assert slept == [pytest.approx(0.25)] * 2
 
@@ -275,115 +296,128 @@ def test_a_batch_a_writer_waited_for_is_followed_by_a_pause(
     db.close()
 
 
-def test_a_batch_during_which_another_statement_ran_long_pauses(
+def test_each_ordinary_commit_records_its_seconds(open_storage, tmp_path):
+    """With the tid it moves, a commit records how long it took in its
+    client from tpc_begin (what the pack's watch reads), in one call of
+    the last step and in the step-by-step path alike (a commit with a
+    blob takes the latter)."""
+    storage = open_storage(blob_dir=str(tmp_path / 'blobs'),
+                           shared_blob_dir=False)
+    packer = storage._adapter.packer
+
+    def last_commit():
+        found = query(storage, packer.LAST_COMMIT)[0]
+        return int(found[0]), found[1]
+    db = ZODB.DB(storage)
+    conn = db.open()
+    started = time.monotonic()
+    conn.root()['a'] = PersistentMapping(n=1)
+    transaction.commit()
+    took = time.monotonic() - started
+    tid, seconds = last_commit()
+    assert tid == u64(conn.root()['a']._p_serial)
+    assert 0.0 < seconds < took
+
+    class Slow:
+        """A resource of the transaction that takes 0.2 s to vote: after
+        the storage's tpc_begin, before its last step."""
+        def sortKey(self):
+            return '~slow'
+
+        def tpc_vote(self, txn):
+            time.sleep(0.2)
+        abort = commit = tpc_begin = tpc_finish = tpc_abort = \
+            lambda self, txn: None
+    with open(__file__, 'rb') as f:
+        blob_data = f.read(100)
+    from ZODB.blob import Blob
+    conn.root()['b'] = blob = Blob()
+    with blob.open('w') as f:
+        f.write(blob_data)
+    transaction.get().join(Slow())
+    transaction.commit()
+    tid, seconds = last_commit()
+    assert tid == u64(conn.root()._p_serial)      # (it changed too)
+    assert 0.2 <= seconds < 5
+    conn.close()
+    db.close()
+
+
+def test_the_watch_sees_the_commits_of_others(open_storage):
+    from relstorage.pack.watch import Watch
+    storage = open_storage()
+    adapter = storage._adapter
+    db = ZODB.DB(storage)       # (its root's commit, before the watch)
+    watch = Watch.started(adapter.connmanager, adapter.packer)
+    assert watch is not None
+    try:
+        time.sleep(0.1)
+        assert watch.take() == []
+        conn = db.open()
+        conn.root()['a'] = PersistentMapping(n=1)
+        transaction.commit()
+        deadline = time.monotonic() + 5
+        seen = []
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+            seen = watch.take()
+        assert len(seen) == 1 and 0.0 < seen[0] < 5, seen
+        time.sleep(0.1)
+        assert watch.take() == []
+        conn.close()
+        db.close()
+    finally:
+        watch.stop()
+
+
+def test_a_batch_during_which_a_commit_was_slowed_pauses(
         open_storage, backend, monkeypatch):
-    """The watch sees another client's statement that runs long while a
-    batch runs (here one that sleeps), and the pacer pauses after that
-    batch; the pack's own long statements do not count."""
+    """Another client's commit that takes long while a batch runs (here
+    one that waits in its vote) is seen by the pack's watch, and the
+    pacer pauses after that batch."""
     storage = open_storage(pack_duty_cycle=0.5)
     packer = storage._adapter.packer
-    if not packer.times_statements:
-        pytest.skip(f'{backend.name} does not time statements')
+    if not packer.watches_commits:
+        pytest.skip(f'{backend.name}: the throttle counts commits (the '
+                    f'unit tests above)')
     db = ZODB.DB(storage)
     _garbage(db, 50)
-    cm = storage._adapter.connmanager
-    sleep = ('SELECT pg_sleep(0.3)' if backend.marker == 'postgresql'
-             else 'SELECT SLEEP(0.3)')
     original = packer.delete_doomed
     calls = []
 
+    class Slow:
+        def sortKey(self):
+            return '~slow'
+
+        def tpc_vote(self, txn):
+            time.sleep(0.3)
+        abort = commit = tpc_begin = tpc_finish = tpc_abort = \
+            lambda self, txn: None
+
     def slow_other():
-        conn = cm.connect()
-        cursor = conn.cursor()
-        try:
-            cursor.execute(sleep)
-            cursor.fetchall()
-        finally:
-            cm.close(conn, cursor)
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        conn.root()['slow'] = PersistentMapping(n=1)
+        tm.get().join(Slow())
+        tm.commit()
+        conn.close()
 
     def delete_doomed(cursor, rows, pack_tid):
-        removed = original(cursor, rows, pack_tid)
         if not calls:
+            # Before the batch's deletions: on MariaDB a commit during
+            # them may wait for their locks (another measure's pause).
             thread = threading.Thread(target=slow_other)
             thread.start()
             thread.join(10)
+            time.sleep(0.1)     # (the watch looks every 20 ms)
         calls.append(len(rows))
-        return removed
+        return original(cursor, rows, pack_tid)
     monkeypatch.setattr(packer, 'delete_doomed', delete_doomed)
     notes = _Notes()
     storage.pack(time.time() + 1, referencesf, progress=notes)
     paused = [n for n in notes.notes if 'followed by a pause' in n]
-    assert paused and 'ran slower' in paused[0], notes.notes
+    assert paused and 'committed slower' in paused[0], notes.notes
     db.close()
-
-
-def test_the_watch_leaves_out_the_pack_and_itself(open_storage, backend):
-    storage = open_storage()
-    packer = storage._adapter.packer
-    if not packer.times_statements:
-        pytest.skip(f'{backend.name} does not time statements')
-    cm = storage._adapter.connmanager
-    sleep = ('SELECT pg_sleep(0.5)' if backend.marker == 'postgresql'
-             else 'SELECT SLEEP(0.5)')
-    conn = cm.connect()
-    cursor = conn.cursor()
-    own = cm.session_id(conn)
-    seen = {}
-
-    def look(exclude, key):
-        other = cm.connect()
-        other_cursor = other.cursor()
-        try:
-            time.sleep(0.25)
-            seen[key] = packer.slowest_statement(other_cursor, exclude)
-        finally:
-            cm.close(other, other_cursor)
-    try:
-        for exclude, key in (([], 'counted'), ([own], 'left out')):
-            thread = threading.Thread(target=look, args=(exclude, key))
-            thread.start()
-            cursor.execute(sleep)
-            cursor.fetchall()
-            thread.join(10)
-    finally:
-        cm.close(conn, cursor)
-    assert 0.15 < seen['counted'] < 5, seen
-    assert seen['left out'] < 0.15, seen
-
-
-def test_the_watch_counts_a_writing_transaction_from_its_start(
-        open_storage, backend):
-    """A commit under way is timed whole, between its statements too (a
-    commit slowed a little at every step shows only there); a reader idle
-    in its snapshot, as a ZODB connection is between requests, is not
-    timed at all."""
-    storage = open_storage()
-    packer = storage._adapter.packer
-    if not packer.times_write_transactions:
-        pytest.skip(f'{backend.name} does not time transactions')
-    cm = storage._adapter.connmanager
-    writer, reader, asker = (cm.connect() for _ in range(3))
-    cursors = [conn.cursor() for conn in (writer, reader, asker)]
-    try:
-        # The writer has written (a row of a table of its own), the reader
-        # has read; neither runs a statement now.  (The connections are in
-        # autocommit mode: the storage begins its transactions itself.)
-        cursors[0].execute('BEGIN')
-        cursors[0].execute('CREATE TEMPORARY TABLE watch_probe (x INT)')
-        cursors[0].execute('INSERT INTO watch_probe VALUES (1)')
-        cursors[1].execute('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
-        cursors[1].execute('SELECT 1')
-        cursors[1].fetchall()
-        time.sleep(0.4)
-        counted = packer.slowest_statement(cursors[2], [])
-        cm.rollback(asker, cursors[2])
-        without_writer = packer.slowest_statement(
-            cursors[2], [cm.session_id(writer)])
-    finally:
-        for conn, cursor in zip((writer, reader, asker), cursors):
-            cm.close(conn, cursor)
-    assert 0.35 < counted < 5, counted
-    assert without_writer < 0.2, without_writer
 
 
 def test_commits_that_wait_for_nothing_do_not_slow_the_pack(

@@ -371,14 +371,18 @@ class ITransactionControl(Interface):
     what ILocker.hold_commit_lock reads)."""
 
     def record_transaction(cursor, tid, user, description, extension,
-                           status):
+                           status, seconds=None):
         """Under the commit lock: record that ``tid`` committed (the last-tid
-        marker, and in history-preserving mode the transaction's metadata).
+        marker, and in history-preserving mode the transaction's metadata);
+        with ``seconds``, also how long the commit took in its client, from
+        tpc_begin (``commit_row.commit_seconds``, which a pack's watch
+        reads: relstorage.pack.watch).
         """
 
     finish_and_commit = Attribute(
         "None, or a callable ``(cursor, user, description, extension, "
-        "status, rows=None) -> tid`` that runs the whole last step of an "
+        "status, rows=None, then=None, before=(), seconds=None) -> tid`` "
+        "that runs the whole last step of an "
         "ordinary commit in the database (commit lock, tid from the "
         "database's clock, record, move the staged rows) and commits, in "
         "as few round trips as the database allows.  The core uses it when "
@@ -391,7 +395,10 @@ class ITransactionControl(Interface):
         "trip (never when the COMMIT failed); then the callable returns "
         "``(tid, rows of select)``.  ``before``: ``[(sql, params)]`` that "
         "run after the rows are in place and before the COMMIT, in the "
-        "same round trip (the JSON mirror's, IMirror.statements).")
+        "same round trip (the JSON mirror's, IMirror.statements).  "
+        "``seconds``: how long the commit took in this client from "
+        "tpc_begin, recorded with the tid as in record_transaction (None: "
+        "not recorded).")
 
     finish_restore = Attribute(
         "None, or a callable ``(cursor, tid, user, description, extension, "

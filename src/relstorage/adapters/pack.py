@@ -367,22 +367,21 @@ class Packer:
         it must not fail that transaction."""
         return None
 
-    #: Whether ``slowest_statement`` can tell (else it says None), and
-    #: whether it counts writing transactions whole.
-    times_statements = False
-    times_write_transactions = False
+    #: The last commit's tid and the seconds it took in its client, which
+    #: every ordinary commit records (step 0008-commit-time).
+    LAST_COMMIT = 'SELECT tid, commit_seconds FROM commit_row WHERE id = 0'
+    #: Whether the pack's watch reads them (relstorage.pack.watch); else
+    #: the throttle goes by lock waits, or by commits (SQLite).
+    watches_commits = True
 
-    def slowest_statement(self, cursor, exclude):
-        """Seconds for which the longest statement now running in another
-        client session of this database has run (0.0 when none runs),
-        leaving out the sessions ``exclude`` (the pack's own) and the
-        asking one; None where the database cannot tell.  Where
-        ``times_write_transactions``, a session whose transaction has
-        written counts from that transaction's start, running a statement
-        or not (a commit under way).  Asked by the pack's watch
-        (relstorage.pack.watch) many times a second, each time in a
-        transaction of its own."""
-        return None
+    def last_commit(self, cursor):
+        """``(tid, seconds)`` of the last commit: the seconds the client
+        spent on it from tpc_begin to its last step, None where it did not
+        record them (a restore, or a commit before the upgrade).  Asked by
+        the pack's watch many times a second, each time in a transaction
+        of its own."""
+        tid, seconds = self._run(cursor, self.LAST_COMMIT).fetchone()
+        return int(tid), None if seconds is None else float(seconds)
 
     def oldest_transaction(self, cursor):
         """The start (seconds since the epoch, the server's clock) of the

@@ -9,6 +9,10 @@ class TransactionControl:
 
     #: (tid,): move the last-committed-tid marker.
     UPDATE_LAST_TID = None
+    #: (tid, seconds): the same, and record how long the commit took in
+    #: its client (``commit_row.commit_seconds``, which a pack's watch
+    #: reads: relstorage.pack.watch).
+    UPDATE_LAST_TID_TIMED = None
     #: (tid, packed, user, description, extension); None in history-free
     #: mode, which keeps no transaction metadata.
     INSERT_TRANSACTION = None
@@ -25,8 +29,11 @@ class TransactionControl:
     finish_restore = None
 
     def record_transaction(self, cursor, tid, user, description, extension,
-                           status):
-        cursor.execute(self.UPDATE_LAST_TID, (tid,))
+                           status, seconds=None):
+        if seconds is None:
+            cursor.execute(self.UPDATE_LAST_TID, (tid,))
+        else:
+            cursor.execute(self.UPDATE_LAST_TID_TIMED, (tid, seconds))
         if self.INSERT_TRANSACTION is not None:
             cursor.execute(self.INSERT_TRANSACTION, (
                 tid, status == 'p', user, description, extension))

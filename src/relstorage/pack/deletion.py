@@ -93,9 +93,8 @@ class DeletionSteps:
                 total = self.read(
                     lambda: packer.count_doomed(cursor, run.gc, run.upto))
             watch = None
-            if options.pack_duty_cycle < 1.0 and packer.times_statements:
-                watch = _Watch.started(self.cm, packer,
-                                       [self.cm.session_id(self.conn)])
+            if options.pack_duty_cycle < 1.0 and packer.watches_commits:
+                watch = _Watch.started(self.cm, packer)
             pacer = _Pacer(options, self._last_tid, packer.counts_waiters,
                            watch)
             try:

@@ -11,15 +11,18 @@ FIRST_BATCH = 500
 MIN_BATCH, MAX_BATCH = 20, 20000
 
 
-#: A statement of another client seen running this long (seconds) during
-#: a batch may have been slowed by it; shorter ones are not looked at.
+#: A commit of another client that took this long (seconds) while a batch
+#: ran may have been slowed by it; quicker ones are not looked at.
 SLOW_FLOOR = 0.01
-#: ... and was, when at least this many times as long as the longest seen
-#: while no batch ran (the last pause).
+#: ... and was, when it took at least this many times the usual: the
+#: median of the commits seen while no batch ran (pauses, and the probe).
 SLOWER = 2.0
-#: Seconds without a batch in which the watch learns what others'
-#: statements take when no batch runs, before the first judgement.
+#: Seconds without a batch in which the watch learns what commits take
+#: when no batch runs, before the first judgement.
 PROBE = 0.2
+#: The commits seen without a batch that the usual is the median of (the
+#: latest).
+QUIET_KEPT = 50
 #: The least share of pack-batch-timeout that batches are sized to after
 #: slowing others (halved each time, grown back by a quarter otherwise).
 LEAST_SCALE = 0.125
@@ -42,12 +45,13 @@ class Pacer:
       batch that another session waited for.  A batch removes rows no
       commit writes, so that is rare: a client storing an object the pack
       removes as garbage, or a database that locks more than the rows;
-    - where the database times other clients' statements (``watch``, a
-      relstorage.pack.watch.Watch), a batch during which one ran longer
-      than SLOW_FLOOR and SLOWER times the longest seen while no batch
-      ran: during the second half of the last pause, or before any, of a
-      wait of PROBE seconds after the first batch that saw one run longer
-      than SLOW_FLOOR.
+    - where the pack's watch reads the seconds other clients' commits
+      took (``watch``, a relstorage.pack.watch.Watch), a batch during
+      which one took longer than SLOW_FLOOR and SLOWER times the usual
+      (the median of those seen while no batch ran: during the second
+      half of each pause, and of a probe of PROBE seconds after the first
+      batch that saw a commit take longer than SLOW_FLOOR; the floor alone
+      while none was seen).
       Batches that slowed others are also made smaller (to LEAST_SCALE of
       pack-batch-timeout at the least), as a commit waits behind what the
       batch wrote before it;
@@ -64,13 +68,14 @@ class Pacer:
         self.last_tid = last_tid
         self.watch = watch
         self.seen = None
-        #: The share of ``target`` batches are sized to, and the longest
-        #: statement of another client seen during the last pause (None
-        #: before one).
+        #: The share of ``target`` batches are sized to, and the seconds of
+        #: the latest commits of others seen while no batch ran.
         self.scale = 1.0
-        self.quiet = None
-        #: What the watch said of the last batch (for the debug log).
+        self.quiet = []
+        #: The longest commit the watch saw during the last batch, and how
+        #: many it saw (for the debug log).
         self.longest = None
+        self.commits = 0
         if not waits_known and watch is None and self.duty < 1.0:
             # A commit during the first batch counts.
             self._committed()
@@ -88,31 +93,41 @@ class Pacer:
         seen, self.seen = self.seen, self.last_tid()
         return seen is not None and self.seen != seen
 
-    def _slowed(self):
-        """Whether a statement of another client ran slowed during the
-        batch (the watch says), or None when the watch does not tell."""
-        longest = self.watch.take() if self.watch is not None else None
-        self.longest = longest
-        if longest is None:
+    def _usual(self):
+        """The median of the commits seen while no batch ran, or None."""
+        if not self.quiet:
             return None
-        if longest > SLOW_FLOOR and self.quiet is None:
-            self.quiet = self._quiet(PROBE)
-            if self.quiet is None:
-                return None
-        slowed = longest > SLOW_FLOOR and longest > SLOWER * self.quiet
+        ordered = sorted(self.quiet)
+        return ordered[len(ordered) // 2]
+
+    def _slowed(self):
+        """Whether a commit of another client was slowed during the batch
+        (the watch says), or None when the watch does not tell."""
+        seen = self.watch.take() if self.watch is not None else None
+        self.commits = 0 if seen is None else len(seen)
+        self.longest = max(seen) if seen else None
+        if seen is None:
+            return None
+        slowed = False
+        if self.longest is not None and self.longest > SLOW_FLOOR:
+            if not self.quiet:
+                self._quiet(PROBE)
+            usual = self._usual()
+            slowed = usual is None or self.longest > SLOWER * usual
         self.scale = (max(LEAST_SCALE, self.scale / 2) if slowed
                       else min(1.0, self.scale * 1.25))
         return slowed
 
     def _quiet(self, seconds):
-        """Wait ``seconds`` without a batch; what others' statements take
-        then, as the watch saw it in the second half of the wait (the
-        first is left to the statements the batch slowed, still running
-        after it)."""
+        """Wait ``seconds`` without a batch, keeping the commits the watch
+        saw in the second half of the wait (the first is left to commits
+        the batch slowed, still under way after it)."""
         time.sleep(seconds / 2)
         self.watch.take()
         time.sleep(seconds / 2)
-        return self.watch.take()
+        seen = self.watch.take()
+        if seen:
+            self.quiet = (self.quiet + seen)[-QUIET_KEPT:]
 
     def pause(self, started, waiters=None):
         """After a batch begun at ``started`` (monotonic), for which
@@ -136,17 +151,15 @@ class Pacer:
             held_up = self._committed()
         else:
             held_up = False
-        log.debug('pack: batch %d took %.3fs; others\' longest statement '
-                  '%s, quiet %s: %s; next batch %d objects',
-                  self.batches, busy, _seconds(self.longest),
-                  _seconds(self.quiet), 'pause' if held_up else 'no pause',
+        log.debug('pack: batch %d took %.3fs; others\' commits seen: %d, '
+                  'the longest %s, the usual %s: %s; next batch %d objects',
+                  self.batches, busy, self.commits, _seconds(self.longest),
+                  _seconds(self._usual()), 'pause' if held_up else 'no pause',
                   self.size)
         if held_up:
             delay = min(busy * (1.0 - self.duty) / self.duty, self.max_delay)
             if self.watch is not None:
-                quiet = self._quiet(delay)
-                if quiet is not None:
-                    self.quiet = quiet
+                self._quiet(delay)
             else:
                 time.sleep(delay)
             self.pauses += 1
@@ -158,7 +171,8 @@ class Pacer:
         of their time was left to other clients on purpose."""
         if self.pauses:
             why = ('committed' if self.by_commits else
-                   'ran slower' if self.by_slowing else 'waited for them')
+                   'committed slower' if self.by_slowing
+                   else 'waited for them')
             progress.note(
                 '%d of %d batches followed by a pause while other clients '
                 '%s, %.1fs in all (pack-duty-cycle %g)',

@@ -1,46 +1,47 @@
-"""How long other clients' statements run while the pack deletes: the
+"""How long other clients' commits take while the pack deletes: the
 measure behind the throttle's pauses where no lock is waited for
 (relstorage.pack.throttle).
 
 A batch of deletions holds no lock a committer takes, yet it can make a
 commit slow: the commit's flush of the log waits behind the batch's
-(PostgreSQL's WAL, InnoDB's redo), and both share the server's CPUs and
-disks.  The database shows it: a thread with a connection of its own asks
-it, every INTERVAL seconds, for how long the longest statement of another
-client session of the same database has been running
-(``Packer.slowest_statement``; on PostgreSQL a commit under way counts
-from its transaction's start, between its statements too: a commit made
-slower a little at every step, as when the pack takes the server's CPUs,
-shows only whole), and keeps the longest seen until asked (``take``).
-Where the database cannot tell (SQLite, MySQL), or the thread cannot
-connect or ask, ``take`` says None and the throttle goes by what it knew
-before.
+(PostgreSQL's WAL, InnoDB's redo), and the batch takes the server's CPUs
+and disks, which a writer on the same machine shares with its own
+process.  Neither the commit's statements nor its transaction on the
+server show all of that (measured: docs/performance.rst, "The throttle
+that pauses only when a writer waits"); the writer's own clock does.
+Every ordinary commit records, with the tid it moves in ``commit_row``,
+the seconds it took in its client from tpc_begin to its last step
+(ITransactionControl.finish_and_commit), and a thread with a connection
+of its own reads that row every INTERVAL seconds
+(``Packer.last_commit``), keeping the seconds of each new tid until asked
+(``take``).  Commits closer together than INTERVAL are sampled: the last
+of them is seen.  Where the thread cannot connect or read, ``take`` says
+None and the throttle goes by what it knew before.
 """
 import logging
 import threading
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two looks: shorter than the commits worth seeing.
+#: Seconds between two looks: about a commit's time on a quiet server.
 INTERVAL = 0.02
 
 
 class Watch:
 
-    def __init__(self, cm, packer, exclude):
+    def __init__(self, cm, packer):
         self._cm, self._packer = cm, packer
-        self._exclude = tuple(exclude)
         self._lock = threading.Lock()
-        self._longest = 0.0
+        self._seen = []
         self._known = True
         self._stop = threading.Event()
         self._thread = None
 
     @classmethod
-    def started(cls, cm, packer, exclude):
-        """A Watch that runs, or None where it cannot (the database does
-        not tell, or no connection is to be had)."""
-        watch = cls(cm, packer, exclude)
+    def started(cls, cm, packer):
+        """A Watch that runs, or None where it cannot (no connection is to
+        be had, or the commit row cannot be read)."""
+        watch = cls(cm, packer)
         try:
             conn = cm.connect()
         except Exception as e:  # noqa: BLE001 - the pack goes on without
@@ -48,36 +49,31 @@ class Watch:
             return None
         cursor = conn.cursor()
         try:
-            known = watch._ask(conn, cursor) is not None
+            tid, _ = watch._ask(conn, cursor)
         except Exception as e:  # noqa: BLE001 - the pack goes on without
-            log.debug('pack: the watch cannot ask: %s', e)
-            known = False
-        if not known:
+            log.debug('pack: the watch cannot read the commit row: %s', e)
             cm.close(conn, cursor)
             return None
         watch._thread = threading.Thread(
-            target=watch._run, args=(conn, cursor), daemon=True,
+            target=watch._run, args=(conn, cursor, tid), daemon=True,
             name='relstorage-pack-watch')
         watch._thread.start()
         return watch
 
     def _ask(self, conn, cursor):
-        seconds = self._packer.slowest_statement(cursor, self._exclude)
-        # (Each look in a transaction of its own: PostgreSQL keeps one
-        # view of its statistics per transaction.)
+        found = self._packer.last_commit(cursor)
+        # (Each look in a transaction of its own: a new snapshot.)
         self._cm.rollback(conn, cursor)
-        return seconds
+        return found
 
-    def _run(self, conn, cursor):
+    def _run(self, conn, cursor, last):
         try:
             while not self._stop.wait(INTERVAL):
-                seconds = self._ask(conn, cursor)
-                if seconds is None:
-                    self._known = False
-                    return
-                with self._lock:
-                    if seconds > self._longest:
-                        self._longest = seconds
+                tid, seconds = self._ask(conn, cursor)
+                if tid != last and seconds is not None:
+                    with self._lock:
+                        self._seen.append(seconds)
+                last = tid
         except Exception as e:  # noqa: BLE001 - the pack goes on without
             log.debug('pack: the watch stopped: %s', e)
             self._known = False
@@ -88,12 +84,11 @@ class Watch:
                 pass
 
     def take(self):
-        """The longest time (seconds) a statement of another client was
-        seen running since the last call, or None when the watch stopped
-        telling."""
+        """The seconds of the commits seen since the last call (a list,
+        empty when none was), or None when the watch stopped telling."""
         with self._lock:
-            longest, self._longest = self._longest, 0.0
-        return longest if self._known else None
+            seen, self._seen = self._seen, []
+        return seen if self._known else None
 
     def stop(self):
         self._stop.set()

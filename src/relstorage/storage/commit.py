@@ -105,7 +105,8 @@ class PendingTransaction:
         self.superseded = []     # (oid, state, data_txn, ord) of restores
         self._buffered = 0
         self._spilled = False
-        # For the storage's metrics.
+        # For the storage's metrics, and for the seconds an ordinary
+        # commit records with its tid (a pack's watch reads them).
         self.started = time.monotonic()
         self.lock_wait = 0.0
         self.written = 0
@@ -393,13 +394,15 @@ class PendingTransaction:
                         for oid, (prev_tid, state, data_txn)
                         in self._rows.items()]
             before = self._mirror_statements()
+            seconds = time.monotonic() - self.started
             if then is None:
                 return adapter.txncontrol.finish_and_commit(
                     cursor, self.user, self.description, self.extension,
-                    self.status, rows=rows, before=before)
+                    self.status, rows=rows, before=before, seconds=seconds)
             tid, self.after_commit = adapter.txncontrol.finish_and_commit(
                 cursor, self.user, self.description, self.extension,
-                self.status, rows=rows, then=then, before=before)
+                self.status, rows=rows, then=then, before=before,
+                seconds=seconds)
             return tid
         if (self.requested_tid is not None and not self.superseded
                 and adapter.txncontrol.finish_restore is not None):
@@ -419,7 +422,8 @@ class PendingTransaction:
             tid = choose_tid(now, last)
         adapter.txncontrol.record_transaction(
             cursor, tid, self.user, self.description, self.extension,
-            self.status)
+            self.status, seconds=(time.monotonic() - self.started
+                                  if self.requested_tid is None else None))
         adapter.mover.move_from_temp(cursor, tid)
         if self.superseded:
             adapter.mover.store_superseded(cursor, tid, self.superseded)

@@ -145,27 +145,6 @@ class _MySQLPacker(Packer):
         self.counts_waiters = False
         return None
 
-    #: MariaDB's processlist times statements in milliseconds (TIME_MS);
-    #: MySQL's only in seconds, which cannot tell: None there.
-    SLOWEST_STATEMENT = """
-        SELECT COALESCE(MAX(TIME_MS), 0) / 1000
-        FROM information_schema.PROCESSLIST
-        WHERE DB = DATABASE() AND COMMAND = 'Query'
-          AND ID <> CONNECTION_ID() AND ID NOT IN ({in_list})"""
-    #: (Until SLOWEST_STATEMENT fails once.)
-    times_statements = True
-
-    def slowest_statement(self, cursor, exclude):
-        if not self.times_statements:
-            return None
-        try:
-            cursor.execute(self.SLOWEST_STATEMENT.format(
-                in_list=in_list(sorted(exclude)) or '0'))
-        except self.connmanager.driver.Error:
-            self.times_statements = False
-            return None
-        return float(cursor.fetchone()[0])
-
     def oldest_transaction(self, cursor):
         own = in_list(sorted(self.connmanager.sessions or ())) or '0'
         cursor.execute(self.OLDEST_TRANSACTION.format(in_list=own))

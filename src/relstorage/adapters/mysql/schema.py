@@ -10,6 +10,9 @@ from .drivers import error_number
 
 #: "This version of MariaDB doesn't yet support 'GET_LOCK in cluster'".
 ER_NOT_SUPPORTED_YET = 1235
+#: "Duplicate column name": an ADD COLUMN already done (MySQL has no
+#: ADD COLUMN IF NOT EXISTS).
+ER_DUP_FIELDNAME = 1060
 
 TABLES = ('schema_version', 'commit_row', 'new_oid', 'transaction_log',
           'object_state', 'superseded_state', 'current_object',
@@ -32,6 +35,15 @@ class MySQLSchema(Schema):
     # (Without the PROCESS privilege a user sees its own sessions only.)
     SESSIONS = ('SELECT COUNT(*) FROM information_schema.processlist '
                 'WHERE db = DATABASE()')
+
+    def _run(self, cursor, statement):
+        """Run one statement of a schema file or migration step; a column
+        that already exists means done (see ``_creating``)."""
+        try:
+            cursor.execute(statement)
+        except self.connmanager.driver.Error as e:
+            if error_number(e) != ER_DUP_FIELDNAME:
+                raise
 
     def _list_tables(self, cursor):
         cursor.execute("""

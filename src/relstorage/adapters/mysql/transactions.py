@@ -34,9 +34,13 @@ def _with_tid(statement, count=1):
 
 class _MySQLTransactionControl(TransactionControl):
     UPDATE_LAST_TID = 'UPDATE commit_row SET tid = %s WHERE id = 0'
-    # The row lock of commit_row is the commit lock (see locks.py).
+    UPDATE_LAST_TID_TIMED = (
+        'UPDATE commit_row SET tid = %s, commit_seconds = %s WHERE id = 0')
+    # The row lock of commit_row is the commit lock (see locks.py); the
+    # parameter is the commit's seconds (ITransactionControl).
     CHOOSE_TID = f"""
-        UPDATE commit_row SET tid = GREATEST({_TID_OF_NOW}, tid + 1)
+        UPDATE commit_row SET tid = GREATEST({_TID_OF_NOW}, tid + 1),
+            commit_seconds = %s
         WHERE id = 0"""
     READ_TID = """
         SET @relstorage_tid = (SELECT tid FROM commit_row WHERE id = 0)"""
@@ -75,14 +79,15 @@ class _MySQLTransactionControl(TransactionControl):
             + self._restore_tail)
 
     def finish_and_commit(self, cursor, user, description, extension,
-                          status, rows=None, then=None, before=()):
+                          status, rows=None, then=None, before=(),
+                          seconds=None):
         """The whole last step and the COMMIT in one round trip; returns
         the tid, or with ``then`` (``(begin, select, params)``, see
         ITransactionControl) the tid and ``select``'s rows, in the same
         round trip."""
-        params = ()
+        params = (seconds,)
         if self.INSERT_TRANSACTION is not None:
-            params = (status == 'p', user, description, extension)
+            params += (status == 'p', user, description, extension)
         guard, committed = self._connmanager.guarded_commit()
         tail = [*guard, f'SELECT @relstorage_tid, {committed}']
         if rows is not None or before:

@@ -32,9 +32,10 @@ DATA_TABLES = ('object_state', 'superseded_state', 'current_object',
 #: "name is already used by an existing object", "unique constraint
 #: violated" (a row inserted by another creator), "such column list already
 #: indexed", "table can have only one primary key", "such unique or primary
-#: key already exists": the statement's work is already done.
+#: key already exists", "column being added already exists in table": the
+#: statement's work is already done.
 ALREADY_DONE = {'ORA-00955', 'ORA-00001', 'ORA-01408', 'ORA-02260',
-                'ORA-02261'}
+                'ORA-02261', 'ORA-01430'}
 
 #: The statements that set the version (left to the end of a creation).
 _VERSION_ROW = re.compile(

@@ -53,6 +53,9 @@ def with_variable(statement):
 
 class _OracleTransactionControl(TransactionControl):
     UPDATE_LAST_TID = 'UPDATE commit_row SET tid = :tid WHERE id = 0'
+    UPDATE_LAST_TID_TIMED = '''
+        UPDATE commit_row SET tid = :tid, commit_seconds = :commit_seconds
+        WHERE id = 0'''
 
     def __init__(self, connmanager, move_statements):
         self.connmanager = connmanager
@@ -60,7 +63,7 @@ class _OracleTransactionControl(TransactionControl):
         if self.INSERT_TRANSACTION is not None:
             statements.append(with_variable(self.INSERT_TRANSACTION))
         statements += [with_variable(s) for s in move_statements]
-        statements.append(with_variable(self.UPDATE_LAST_TID))
+        statements.append(with_variable(self.UPDATE_LAST_TID_TIMED))
         #: The block, with ``{wait}`` still to fill in.
         self.finish_block = FINISH.replace(
             '{tid_of_now}', TID_OF_NOW.strip()).replace(
@@ -75,12 +78,13 @@ class _OracleTransactionControl(TransactionControl):
                 for v in values]
 
     def _finish_and_commit(self, cursor, user, description, extension,
-                           status, rows=None):
+                           status, rows=None, before=(), seconds=None):
         """The whole last step and the COMMIT; returns the tid."""
         assert rows is None, 'Oracle stages every commit (no inline_limit)'
+        assert not before, 'Oracle keeps no JSON mirror (json_mirror False)'
         # An int variable: a tid has 19 digits, more than a float keeps.
         new_tid = cursor.var(int)
-        params = {'new_tid': new_tid}
+        params = {'new_tid': new_tid, 'commit_seconds': seconds}
         if self.INSERT_TRANSACTION is not None:
             params.update(packed=int(status == 'p'), username=user,
                           description=description, extension=extension)
@@ -92,8 +96,11 @@ class _OracleTransactionControl(TransactionControl):
         return int(new_tid.getvalue())
 
     def record_transaction(self, cursor, tid, user, description, extension,
-                           status):
-        cursor.execute(self.UPDATE_LAST_TID, (tid,))
+                           status, seconds=None):
+        if seconds is None:
+            cursor.execute(self.UPDATE_LAST_TID, (tid,))
+        else:
+            cursor.execute(self.UPDATE_LAST_TID_TIMED, (tid, seconds))
         if self.INSERT_TRANSACTION is not None:
             # Oracle SQL has no BOOLEAN before 23ai: packed is 0 or 1.  The
             # metadata as LONG RAW: in SQL a RAW bind stops at 2000 bytes.

@@ -162,32 +162,6 @@ class _PostgreSQLPacker(Packer):
         cursor.execute(self.WAITERS)
         return int(cursor.fetchone()[0])
 
-    #: Statements of other clients under way (query_start is NULL for
-    #: sessions of another role without pg_read_all_stats: not counted).
-    #: A session whose transaction has written (it has a transaction id:
-    #: a commit under way, from its first row lock or staged row) counts
-    #: from its transaction's start, also between its statements: a
-    #: commit slowed as a whole, each statement and the client between
-    #: them a little late (the pack taking the CPUs), shows only there.
-    #: Others, readers in their snapshots among them, count from their
-    #: statement's start while one runs.
-    SLOWEST_STATEMENT = """
-        SELECT COALESCE(EXTRACT(EPOCH FROM MAX(clock_timestamp() - CASE
-                   WHEN backend_xid IS NOT NULL THEN xact_start
-                   ELSE query_start END)), 0)
-        FROM pg_stat_activity
-        WHERE datname = current_database()
-          AND (state = 'active' OR backend_xid IS NOT NULL)
-          AND backend_type = 'client backend'
-          AND pid <> pg_backend_pid() AND pid <> ALL(%s)"""
-
-    times_statements = True
-    times_write_transactions = True
-
-    def slowest_statement(self, cursor, exclude):
-        cursor.execute(self.SLOWEST_STATEMENT, (list(exclude),))
-        return float(cursor.fetchone()[0])
-
     def oldest_transaction(self, cursor):
         cm = self.connmanager
         if cm.transaction_pooler:

@@ -119,6 +119,12 @@ class _PostgreSQLTransactionControl(TransactionControl):
     #: behind a transaction pooler RESULT_EMPTIED (set by the adapter).
     read_result = None
     UPDATE_LAST_TID = 'UPDATE commit_row SET tid = %s WHERE id = 0'
+    UPDATE_LAST_TID_TIMED = (
+        'UPDATE commit_row SET tid = %s, commit_seconds = %s WHERE id = 0')
+    #: (seconds,): after the function (of migration step 0005, which has
+    #: no argument for them) moved the tid, in the same round trip, on the
+    #: row it locked.
+    RECORD_SECONDS = 'UPDATE commit_row SET commit_seconds = %s WHERE id = 0'
     FINISH_CALL = 'SELECT relstorage_finish(%s, %s, %s, %s)'
     FINISH_ROWS_CALL = (
         'SELECT relstorage_finish_rows(%s, %s, %s, %s, '
@@ -166,11 +172,14 @@ class _PostgreSQLTransactionControl(TransactionControl):
             statements='\n'.join(statements))
 
     def finish_and_commit(self, cursor, user, description, extension,
-                          status, rows=None, then=None, before=()):
+                          status, rows=None, then=None, before=(),
+                          seconds=None):
         """The whole last step and the COMMIT; returns the tid, or with
         ``then`` (``(begin, select, params)``, see ITransactionControl) the
         tid and ``select``'s rows, all in one round trip."""
         params = (user, description, extension, status == 'p')
+        if seconds is not None:
+            before = [(self.RECORD_SECONDS, (seconds,)), *before]
         call = self.FINISH_CALL
         if rows is not None:
             call = self.FINISH_ROWS_CALL

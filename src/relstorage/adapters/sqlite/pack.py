@@ -17,6 +17,9 @@ from relstorage.adapters.pack import Packer
 
 
 class _SQLitePacker(Packer):
+    # A commit during a batch waits for it (one writer at a time): the
+    # throttle counts commits, without a watch (relstorage.pack.throttle).
+    watches_commits = False
 
     def try_lock(self, conn, cursor):
         path = self.connmanager.path + '-pack.lock'

@@ -4,6 +4,7 @@ from relstorage.adapters.transactions import TransactionControl
 
 class HistoryPreservingTransactionControl(TransactionControl):
     UPDATE_LAST_TID = 'UPDATE commit_row SET tid = ?'
+    UPDATE_LAST_TID_TIMED = 'UPDATE commit_row SET tid = ?, commit_seconds = ?'
     INSERT_TRANSACTION = """
         INSERT INTO transaction_log
             (tid, packed, username, description, extension)
@@ -12,3 +13,4 @@ class HistoryPreservingTransactionControl(TransactionControl):
 
 class HistoryFreeTransactionControl(TransactionControl):
     UPDATE_LAST_TID = 'UPDATE commit_row SET tid = ?'
+    UPDATE_LAST_TID_TIMED = 'UPDATE commit_row SET tid = ?, commit_seconds = ?'
