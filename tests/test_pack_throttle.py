@@ -16,6 +16,7 @@ from ZODB.serialize import referencesf
 from ZODB.utils import u64
 
 from relstorage.pack import throttle as pack_throttle
+from relstorage.storage import commit as commit_module
 from relstorage.progress import Progress
 
 from backends import query
@@ -154,12 +155,14 @@ def test_without_a_usual_the_floor_alone_judges(monkeypatch):
     clock, slept = _fake_time(monkeypatch)
     watch = _Watch([0.02], [], [],      # slowed; the probe saw none
                    [], [],              # (the pause: none either)
-                   [0.009])             # under the floor
+                   [0.009],             # under the floor
+                   [0.011],             # over it: no second probe
+                   [], [])              # (the pause)
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
                                 watch=watch)
-    _batch(pacer, clock, 0.5, 0)
-    _batch(pacer, clock, 0.5, 0)
-    assert slept == [pack_throttle.PROBE / 2] * 2 + [pytest.approx(0.25)] * 2
+    for _ in range(3):
+        _batch(pacer, clock, 0.5, 0)
+    assert slept == [pack_throttle.PROBE / 2] * 2 + [pytest.approx(0.25)] * 4
     assert watch.answers == [] and pacer.quiet == []
 
 
@@ -296,11 +299,13 @@ def test_a_batch_a_writer_waited_for_is_followed_by_a_pause(
     db.close()
 
 
-def test_each_ordinary_commit_records_its_seconds(open_storage, tmp_path):
-    """With the tid it moves, a commit records how long it took in its
-    client from tpc_begin (what the pack's watch reads), in one call of
-    the last step and in the step-by-step path alike (a commit with a
-    blob takes the latter)."""
+def test_each_ordinary_commit_records_its_seconds(open_storage, tmp_path,
+                                                  monkeypatch):
+    """With the tid it moves, a commit records how slow this client's
+    commits are (what the pack's watch reads): its own time from
+    tpc_begin, or the previous commit's whole time where that is longer
+    and recent; in one call of the last step and in the step-by-step path
+    alike (a commit with a blob takes the latter)."""
     storage = open_storage(blob_dir=str(tmp_path / 'blobs'),
                            shared_blob_dir=False)
     packer = storage._adapter.packer
@@ -308,8 +313,10 @@ def test_each_ordinary_commit_records_its_seconds(open_storage, tmp_path):
     def last_commit():
         found = query(storage, packer.LAST_COMMIT)[0]
         return int(found[0]), found[1]
+    monkeypatch.setattr(commit_module, 'FRESH', 0.5)
     db = ZODB.DB(storage)
     conn = db.open()
+    time.sleep(0.6)     # (the root's commit, on the same instance: old)
     started = time.monotonic()
     conn.root()['a'] = PersistentMapping(n=1)
     transaction.commit()
@@ -339,6 +346,16 @@ def test_each_ordinary_commit_records_its_seconds(open_storage, tmp_path):
     tid, seconds = last_commit()
     assert tid == u64(conn.root()._p_serial)      # (it changed too)
     assert 0.2 <= seconds < 5
+    # The next commit, a quick one, records the last one's whole time
+    # (its last round trip included, which only a later commit can)...
+    conn.root()['c'] = 1
+    transaction.commit()
+    assert 0.2 <= last_commit()[1] < 5
+    # ... while that is news (FRESH seconds); then its own.
+    time.sleep(0.6)
+    conn.root()['c'] = 2
+    transaction.commit()
+    assert 0.0 < last_commit()[1] < 0.2
     conn.close()
     db.close()
 

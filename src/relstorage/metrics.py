@@ -43,16 +43,22 @@ COUNTERS = {
 class Counters:
     """One instance's counts (see the module docstring)."""
 
-    __slots__ = tuple(COUNTERS) + ('__weakref__',)
+    __slots__ = tuple(COUNTERS) + ('last_commit', '__weakref__')
 
     def __init__(self):
         for name in COUNTERS:
             setattr(self, name, 0)
+        #: ``(ended, seconds)`` of the last commit (monotonic), or None:
+        #: what the next commit records for a pack's watch
+        #: (relstorage.storage.commit).
+        self.last_commit = None
 
     def committed(self, txn):
         """Count the committed relstorage.storage.commit.PendingTransaction ``txn``."""
+        now = time.monotonic()
         self.commits += 1
-        self.commit_seconds += time.monotonic() - txn.started
+        self.commit_seconds += now - txn.started
+        self.last_commit = (now, now - txn.started)
         self.lock_wait_seconds += txn.lock_wait
         self.conflicts_resolved += len(txn.resolved)
         self.objects_written += txn.stored()

@@ -374,9 +374,9 @@ class ITransactionControl(Interface):
                            status, seconds=None):
         """Under the commit lock: record that ``tid`` committed (the last-tid
         marker, and in history-preserving mode the transaction's metadata);
-        with ``seconds``, also how long the commit took in its client, from
-        tpc_begin (``commit_row.commit_seconds``, which a pack's watch
-        reads: relstorage.pack.watch).
+        with ``seconds``, also how slow the client's commits are now
+        (``commit_row.commit_seconds``, which a pack's watch reads:
+        relstorage.pack.watch; PendingTransaction.recorded_seconds).
         """
 
     finish_and_commit = Attribute(
@@ -396,9 +396,9 @@ class ITransactionControl(Interface):
         "``(tid, rows of select)``.  ``before``: ``[(sql, params)]`` that "
         "run after the rows are in place and before the COMMIT, in the "
         "same round trip (the JSON mirror's, IMirror.statements).  "
-        "``seconds``: how long the commit took in this client from "
-        "tpc_begin, recorded with the tid as in record_transaction (None: "
-        "not recorded).")
+        "``seconds``: how slow this client's commits are now "
+        "(PendingTransaction.recorded_seconds), recorded with the tid as "
+        "in record_transaction (None: not recorded).")
 
     finish_restore = Attribute(
         "None, or a callable ``(cursor, tid, user, description, extension, "

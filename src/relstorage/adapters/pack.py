@@ -367,7 +367,7 @@ class Packer:
         it must not fail that transaction."""
         return None
 
-    #: The last commit's tid and the seconds it took in its client, which
+    #: The last commit's tid and how slow its client's commits were, which
     #: every ordinary commit records (step 0008-commit-time).
     LAST_COMMIT = 'SELECT tid, commit_seconds FROM commit_row WHERE id = 0'
     #: Whether the pack's watch reads them (relstorage.pack.watch); else
@@ -375,9 +375,9 @@ class Packer:
     watches_commits = True
 
     def last_commit(self, cursor):
-        """``(tid, seconds)`` of the last commit: the seconds the client
-        spent on it from tpc_begin to its last step, None where it did not
-        record them (a restore, or a commit before the upgrade).  Asked by
+        """``(tid, seconds)`` of the last commit: how slow its client's
+        commits were (PendingTransaction.recorded_seconds), None where it
+        did not record that (a restore, or a commit before the upgrade).  Asked by
         the pack's watch many times a second, each time in a transaction
         of its own."""
         tid, seconds = self._run(cursor, self.LAST_COMMIT).fetchone()

@@ -9,9 +9,9 @@ class TransactionControl:
 
     #: (tid,): move the last-committed-tid marker.
     UPDATE_LAST_TID = None
-    #: (tid, seconds): the same, and record how long the commit took in
-    #: its client (``commit_row.commit_seconds``, which a pack's watch
-    #: reads: relstorage.pack.watch).
+    #: (tid, seconds): the same, and record how slow the client's commits
+    #: are now (``commit_row.commit_seconds``, which a pack's watch reads:
+    #: relstorage.pack.watch).
     UPDATE_LAST_TID_TIMED = None
     #: (tid, packed, user, description, extension); None in history-free
     #: mode, which keeps no transaction metadata.

@@ -76,6 +76,8 @@ class Pacer:
         #: many it saw (for the debug log).
         self.longest = None
         self.commits = 0
+        #: Whether the probe was made (once: the pauses learn after it).
+        self.probed = False
         if not waits_known and watch is None and self.duty < 1.0:
             # A commit during the first batch counts.
             self._committed()
@@ -110,7 +112,8 @@ class Pacer:
             return None
         slowed = False
         if self.longest is not None and self.longest > SLOW_FLOOR:
-            if not self.quiet:
+            if not self.probed:
+                self.probed = True
                 self._quiet(PROBE)
             usual = self._usual()
             slowed = usual is None or self.longest > SLOWER * usual

@@ -10,8 +10,11 @@ process.  Neither the commit's statements nor its transaction on the
 server show all of that (measured: docs/performance.rst, "The throttle
 that pauses only when a writer waits"); the writer's own clock does.
 Every ordinary commit records, with the tid it moves in ``commit_row``,
-the seconds it took in its client from tpc_begin to its last step
-(ITransactionControl.finish_and_commit), and a thread with a connection
+how slow its client's commits are: the longer of its own time from
+tpc_begin to its last step and the whole time of the client's previous
+commit if that ended within the last second (its last round trip, whose
+COMMIT waits for the log, can only be recorded by a later commit:
+PendingTransaction.recorded_seconds).  A thread with a connection
 of its own reads that row every INTERVAL seconds
 (``Packer.last_commit``), keeping the seconds of each new tid until asked
 (``take``).  Commits closer together than INTERVAL are sampled: the last

@@ -35,6 +35,9 @@ from relstorage.tids import choose_tid
 
 #: Buffered pickle bytes past which rows are uploaded before vote.
 SPILL_BYTES = 8 * 1024 * 1024
+#: Seconds for which a commit's whole time is news to a pack's watch
+#: (``PendingTransaction.recorded_seconds``): about a deletion batch's.
+FRESH = 1.0
 
 
 def _as_bytes(text):
@@ -60,8 +63,11 @@ class PendingTransaction:
 
     def __init__(self, adapter, conn, cursor, transaction, tid=None,
                  status=' ', blob_support=None, oid_pool=None,
-                 json_state=False):
+                 json_state=False, previous=None):
         self.adapter = adapter
+        #: ``(ended, seconds)`` (monotonic) of the storage instance's last
+        #: commit, or None (``recorded_seconds``).
+        self.previous = previous
         #: The JSON mirror (json-state): ``{oid: (module, name, JSON text
         #: or None)}`` of the states stored, the oids deleted, and how many
         #: states could not be rendered; None without json-state.
@@ -371,6 +377,22 @@ class PendingTransaction:
 
     # -- phase 3 -------------------------------------------------------
 
+    def recorded_seconds(self):
+        """What an ordinary commit records with its tid for a pack's watch
+        (relstorage.pack.watch): how slow this client's commits are now.
+        The longer of this commit's time so far (from tpc_begin) and the
+        whole time of the storage instance's previous commit, when that
+        ended less than FRESH seconds ago: the last round trip, whose
+        COMMIT waits for the log's flush, is part of a commit's time that
+        only a later commit can record."""
+        now = time.monotonic()
+        seconds = now - self.started
+        if self.previous is not None:
+            ended, took = self.previous
+            if now - ended < FRESH:
+                seconds = max(seconds, took)
+        return seconds
+
     def finish(self, allocated_through=None, commit=True, then=None):
         """Publish under the commit lock and commit; returns the int tid.
         Oids above ``allocated_through`` (the highest the allocator handed
@@ -394,7 +416,7 @@ class PendingTransaction:
                         for oid, (prev_tid, state, data_txn)
                         in self._rows.items()]
             before = self._mirror_statements()
-            seconds = time.monotonic() - self.started
+            seconds = self.recorded_seconds()
             if then is None:
                 return adapter.txncontrol.finish_and_commit(
                     cursor, self.user, self.description, self.extension,
@@ -422,7 +444,7 @@ class PendingTransaction:
             tid = choose_tid(now, last)
         adapter.txncontrol.record_transaction(
             cursor, tid, self.user, self.description, self.extension,
-            self.status, seconds=(time.monotonic() - self.started
+            self.status, seconds=(self.recorded_seconds()
                                   if self.requested_tid is None else None))
         adapter.mover.move_from_temp(cursor, tid)
         if self.superseded:

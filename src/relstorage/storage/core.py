@@ -562,8 +562,7 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods,
             self._between = False
             if self._finished_unpolled:
                 # Committing again without a poll since the last commit
-                # (an application of the storage API, zodbconvert): the
-                # commits begin no snapshots.
+                # (the storage API, zodbconvert): commits begin no snapshot.
                 self._finished_unpolled = False
                 self._polls_after_commit = False
             if self._batch_from is not None:
@@ -574,7 +573,8 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods,
             self._txn = PendingTransaction(
                 self._adapter, self._store_conn, cursor, transaction,
                 requested, status, self._blobs, self._oids,
-                json_state=self._options.json_state)
+                json_state=self._options.json_state,
+                previous=self._counters.last_commit)
             if self._batch_from is not None:    # holds the commit lock
                 self._txn.last_committed = u64(self._ltid)
 
