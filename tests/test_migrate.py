@@ -5,10 +5,14 @@ data in them, on every backend and history mode.
 A database at version N is made by this relstorage with SCHEMA_VERSION
 set to N: version 1's schema file, then the steps up to N, exactly as an
 older relstorage made it (those files are never edited), and its objects
-written by the usual code path, which needs only version 1's tables.  (A
-later step that changes those tables will need a stored fixture here.)
+written by the usual code path, which needs only version 1's tables,
+but for what later steps gave them that the code uses (step 0008's
+column of commit_row, and PostgreSQL's functions of steps 0005 and 0008):
+added for the writing and removed after, leaving the database as the
+older version had it.
 """
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -98,14 +102,25 @@ def _alter_commit_row(storage, version, change):
         cm.close(conn, None)
 
 
+#: The functions that this code calls and step 0008 changed, as the
+#: argument types name them for DROP FUNCTION (an older database may hold
+#: older versions of the same name).
+_CODE_FUNCTIONS = (
+    'relstorage_finish(BYTEA, BYTEA, BYTEA, BOOLEAN, DOUBLE PRECISION)',
+    'relstorage_finish_rows(BYTEA, BYTEA, BYTEA, BOOLEAN, DOUBLE PRECISION, '
+    'BIGINT[], BIGINT[], BYTEA[], BIGINT[])')
+
+
 def _write_functions(storage, version):
     """Before version 5 a PostgreSQL session created the functions of a
     commit's last step for itself (as temporary functions); this code
-    calls those of the schema (0005-finish).  Created here to write the
-    old database's data the way the old code did, and dropped after:
-    their names, or [] where none were needed."""
+    calls those of the schema (0005-finish), with the arguments step
+    0008-commit-time gave two of them.  Created here to write the old
+    database's data the way the old code did, and dropped after: their
+    names (with arguments where the old database has others of the same
+    name), or [] where none were needed."""
     adapter = storage._adapter
-    if adapter.schema.DATABASE != 'postgresql' or version >= 5:
+    if adapter.schema.DATABASE != 'postgresql' or version >= 8:
         return []
     from relstorage.adapters.postgresql.transactions import FUNCTIONS
     cm = adapter.connmanager
@@ -115,7 +130,9 @@ def _write_functions(storage, version):
             conn.cursor().execute(statement)
     finally:
         cm.close(conn, None)
-    return FUNCTIONS
+    if version < 5:
+        return list(_CODE_FUNCTIONS) + list(FUNCTIONS[2:])
+    return list(_CODE_FUNCTIONS)
 
 
 def _states(storage):
@@ -273,10 +290,11 @@ def test_bad_input(tmp_path):
     assert 'not a relstorage' in other.stderr
 
 
-def test_the_postgresql_functions_of_step_5_are_the_codes(keep_history):
-    """Migration 0005-finish creates the functions the code calls, as the
-    code makes them from its statements: a change to those statements
-    needs a new step (this fails until there is one)."""
+def test_the_postgresql_functions_of_the_steps_are_the_codes(keep_history):
+    """The migration steps create the functions the code calls, as the
+    code makes them from its statements (each as the newest step that
+    creates it has it: 0005-finish, 0008-commit-time): a change to those
+    statements needs a new step (this fails until there is one)."""
     from relstorage.adapters.postgresql import objects
     from relstorage.adapters.postgresql import transactions
     from relstorage.adapters.schema import sql_statements
@@ -286,7 +304,18 @@ def test_the_postgresql_functions_of_step_5_are_the_codes(keep_history):
     else:
         control = transactions.HistoryFreeTransactionControl(
             None, objects.HistoryFreeMover.MOVE_STAGED)
-    [step] = [s for s in migrations.STEPS if s.version == 5]
-    statements = sql_statements(step.path('postgresql', keep_history))
-    assert statements == [s.strip() for s in control.functions()] + [
-        'UPDATE schema_version SET version = 5']
+    created = {}
+    for step in migrations.STEPS:
+        for statement in sql_statements(step.path('postgresql',
+                                                  keep_history)):
+            match = re.match(r'CREATE OR REPLACE FUNCTION (\w+)\(',
+                             statement)
+            if match:
+                created[match.group(1)] = (step.version, statement)
+    code = {re.match(r'\s*CREATE OR REPLACE FUNCTION (\w+)\(', s).group(1):
+            s.strip() for s in control.functions()}
+    assert set(created) == set(code) == set(transactions.FUNCTIONS)
+    for name, (version, statement) in created.items():
+        assert statement == code[name], (name, version)
+    assert created['relstorage_finish'][0] == 8
+    assert created['relstorage_restore'][0] == 5

@@ -6,12 +6,13 @@ last-tid marker) runs as one call of a function, and the COMMIT travels
 in the same round trip (with psycopg 3 through a client-binding cursor),
 followed, where the core asks, by the next snapshot's BEGIN and its poll
 (IPoller.poll_after_commit).  The functions belong to the schema
-(migration step 0005-finish, whose SQL is ``functions()``'s, as a test
-checks): a session keeps nothing of them, which a transaction pooler
-(PgBouncer) needs, and opening a store session runs nothing for them.
-Their bodies are made from the same statements the step-by-step path runs
-(``MOVE_FROM_TEMP``, ``INSERT_TRANSACTION``, ``UPDATE_LAST_TID``); a
-change to those is a new migration step.
+(migration steps 0005-finish and 0008-commit-time, whose SQL is
+``functions()``'s, as a test checks): a session keeps nothing of them,
+which a transaction pooler (PgBouncer) needs, and opening a store session
+runs nothing for them.  Their bodies are made from the same statements
+the step-by-step path runs (``MOVE_FROM_TEMP``, ``INSERT_TRANSACTION``,
+``UPDATE_LAST_TID`` or, with the commit's seconds,
+``UPDATE_LAST_TID_TIMED``); a change to those is a new migration step.
 
 A small commit does not stage its rows: they travel as array arguments of
 a second function, which moves them from ``unnest()`` of the arrays.  The
@@ -45,7 +46,8 @@ _TID_OF_NOW = """
 
 _FINISH = """
 CREATE OR REPLACE FUNCTION {name}(
-    p_user BYTEA, p_description BYTEA, p_extension BYTEA, p_packed BOOLEAN{args})
+    p_user BYTEA, p_description BYTEA, p_extension BYTEA, p_packed BOOLEAN,
+    p_seconds DOUBLE PRECISION{args})
 RETURNS BIGINT LANGUAGE plpgsql AS $body$
 DECLARE
     last_tid BIGINT;
@@ -95,7 +97,8 @@ _ROWS = """(
         ) AS staged"""
 
 
-#: The functions of migration step 0005-finish (drop_all drops them).
+#: The functions of migration step 0005-finish (drop_all drops them); step
+#: 0008-commit-time gave the first two their ``p_seconds``.
 FUNCTIONS = ('relstorage_finish', 'relstorage_finish_rows',
              'relstorage_restore', 'relstorage_restore_rows')
 
@@ -121,13 +124,10 @@ class _PostgreSQLTransactionControl(TransactionControl):
     UPDATE_LAST_TID = 'UPDATE commit_row SET tid = %s WHERE id = 0'
     UPDATE_LAST_TID_TIMED = (
         'UPDATE commit_row SET tid = %s, commit_seconds = %s WHERE id = 0')
-    #: (seconds,): after the function (of migration step 0005, which has
-    #: no argument for them) moved the tid, in the same round trip, on the
-    #: row it locked.
-    RECORD_SECONDS = 'UPDATE commit_row SET commit_seconds = %s WHERE id = 0'
-    FINISH_CALL = 'SELECT relstorage_finish(%s, %s, %s, %s)'
+    FINISH_CALL = ('SELECT relstorage_finish(%s, %s, %s, %s, '
+                   '%s::double precision)')
     FINISH_ROWS_CALL = (
-        'SELECT relstorage_finish_rows(%s, %s, %s, %s, '
+        'SELECT relstorage_finish_rows(%s, %s, %s, %s, %s::double precision, '
         '%s::bigint[], %s::bigint[], %s::bytea[], %s::bigint[])')
     RESTORE_CALL = 'SELECT relstorage_restore(%s, %s, %s, %s, %s)'
     RESTORE_ROWS_CALL = (
@@ -153,8 +153,9 @@ class _PostgreSQLTransactionControl(TransactionControl):
                            move_statements, _ROWS, _RESTORE)]
 
     def functions(self):
-        """The CREATE statements of the four functions: migration step
-        0005-finish's SQL for this history mode."""
+        """The CREATE statements of the four functions, as the newest step
+        that creates each has them (0008-commit-time: the first two;
+        0005-finish: the others) for this history mode."""
         return list(self._functions)
 
     def _function(self, name, args, move_statements, staged,
@@ -166,7 +167,11 @@ class _PostgreSQLTransactionControl(TransactionControl):
                 'p_description', 'p_extension'))
         statements += [_as_function(s.format(staged=staged), 'new_tid')
                        for s in move_statements]
-        statements.append(_as_function(self.UPDATE_LAST_TID, 'new_tid'))
+        if template is _FINISH:
+            statements.append(_as_function(self.UPDATE_LAST_TID_TIMED,
+                                           'new_tid', 'p_seconds'))
+        else:
+            statements.append(_as_function(self.UPDATE_LAST_TID, 'new_tid'))
         return template.format(
             name=name, args=args, tid_of_now=_TID_OF_NOW,
             statements='\n'.join(statements))
@@ -177,9 +182,7 @@ class _PostgreSQLTransactionControl(TransactionControl):
         """The whole last step and the COMMIT; returns the tid, or with
         ``then`` (``(begin, select, params)``, see ITransactionControl) the
         tid and ``select``'s rows, all in one round trip."""
-        params = (user, description, extension, status == 'p')
-        if seconds is not None:
-            before = [(self.RECORD_SECONDS, (seconds,)), *before]
+        params = (user, description, extension, status == 'p', seconds)
         call = self.FINISH_CALL
         if rows is not None:
             call = self.FINISH_ROWS_CALL
