@@ -299,6 +299,24 @@ def test_a_batch_a_writer_waited_for_is_followed_by_a_pause(
     db.close()
 
 
+class _SlowVote:
+    """A resource of a transaction that takes ``seconds`` to vote: after
+    the storage's tpc_begin, before its last step (it sorts last)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def sortKey(self):
+        return '~slow'
+
+    def tpc_vote(self, txn):
+        time.sleep(self.seconds)
+
+    def abort(self, txn):
+        pass
+    commit = tpc_begin = tpc_finish = tpc_abort = abort
+
+
 def test_each_ordinary_commit_records_its_seconds(open_storage, tmp_path,
                                                   monkeypatch):
     """With the tid it moves, a commit records how slow this client's
@@ -325,23 +343,13 @@ def test_each_ordinary_commit_records_its_seconds(open_storage, tmp_path,
     assert tid == u64(conn.root()['a']._p_serial)
     assert 0.0 < seconds < took
 
-    class Slow:
-        """A resource of the transaction that takes 0.2 s to vote: after
-        the storage's tpc_begin, before its last step."""
-        def sortKey(self):
-            return '~slow'
-
-        def tpc_vote(self, txn):
-            time.sleep(0.2)
-        abort = commit = tpc_begin = tpc_finish = tpc_abort = \
-            lambda self, txn: None
     with open(__file__, 'rb') as f:
         blob_data = f.read(100)
     from ZODB.blob import Blob
     conn.root()['b'] = blob = Blob()
     with blob.open('w') as f:
         f.write(blob_data)
-    transaction.get().join(Slow())
+    transaction.get().join(_SlowVote(0.2))
     transaction.commit()
     tid, seconds = last_commit()
     assert tid == u64(conn.root()._p_serial)      # (it changed too)
@@ -402,20 +410,12 @@ def test_a_batch_during_which_a_commit_was_slowed_pauses(
     original = packer.delete_doomed
     calls = []
 
-    class Slow:
-        def sortKey(self):
-            return '~slow'
-
-        def tpc_vote(self, txn):
-            time.sleep(0.3)
-        abort = commit = tpc_begin = tpc_finish = tpc_abort = \
-            lambda self, txn: None
 
     def slow_other():
         tm = transaction.TransactionManager()
         conn = db.open(tm)
         conn.root()['slow'] = PersistentMapping(n=1)
-        tm.get().join(Slow())
+        tm.get().join(_SlowVote(0.3))
         tm.commit()
         conn.close()
 
