@@ -7,12 +7,11 @@ reads), in one run.
 On a fresh history-preserving database per backend, one process commits
 small transactions (one object changed each) in alternating blocks: with
 the seconds recorded, as every commit records them, and without
-(``PendingTransaction.recorded_seconds`` made to say None, which the
-adapters take as "nothing to record").  On PostgreSQL the record is one
-more UPDATE of the commit row in the last round trip (the function of
-step 0005 has no argument for it); on MariaDB and MySQL a column more in
-the UPDATE that takes the commit lock; so the difference is server work,
-no round trip.  It prints each side's median time per commit over the
+(``PendingTransaction.recorded_seconds`` made to say None: the column
+is written NULL).  The record is a column more in the UPDATE that moves
+the tid (on PostgreSQL in the finish functions of step 0008, on MariaDB
+and MySQL in the one that takes the commit lock), so the difference is
+server work, no round trip.  It prints each side's median time per commit over the
 blocks and their ratio, and writes them to
 ``benchmarks/results/commit_seconds.json`` (``--json``).
 """

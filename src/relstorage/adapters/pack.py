@@ -377,9 +377,9 @@ class Packer:
     def last_commit(self, cursor):
         """``(tid, seconds)`` of the last commit: how slow its client's
         commits were (PendingTransaction.recorded_seconds), None where it
-        did not record that (a restore, or a commit before the upgrade).  Asked by
-        the pack's watch many times a second, each time in a transaction
-        of its own."""
+        did not record that (a restore, or a commit before the upgrade).
+        Asked by the pack's watch many times a second, each time in a
+        transaction of its own."""
         tid, seconds = self._run(cursor, self.LAST_COMMIT).fetchone()
         return int(tid), None if seconds is None else float(seconds)
 

@@ -28,12 +28,17 @@ class TransactionControl:
     #: None: the core runs the steps.
     finish_restore = None
 
-    def record_transaction(self, cursor, tid, user, description, extension,
-                           status, seconds=None):
+    def _move_last_tid(self, cursor, tid, seconds=None):
+        """Move the last-tid marker to ``tid``, with ``seconds`` (see
+        ITransactionControl.record_transaction) where given."""
         if seconds is None:
             cursor.execute(self.UPDATE_LAST_TID, (tid,))
         else:
             cursor.execute(self.UPDATE_LAST_TID_TIMED, (tid, seconds))
+
+    def record_transaction(self, cursor, tid, user, description, extension,
+                           status, seconds=None):
+        self._move_last_tid(cursor, tid, seconds)
         if self.INSERT_TRANSACTION is not None:
             cursor.execute(self.INSERT_TRANSACTION, (
                 tid, status == 'p', user, description, extension))

@@ -97,10 +97,7 @@ class _OracleTransactionControl(TransactionControl):
 
     def record_transaction(self, cursor, tid, user, description, extension,
                            status, seconds=None):
-        if seconds is None:
-            cursor.execute(self.UPDATE_LAST_TID, (tid,))
-        else:
-            cursor.execute(self.UPDATE_LAST_TID_TIMED, (tid, seconds))
+        self._move_last_tid(cursor, tid, seconds)
         if self.INSERT_TRANSACTION is not None:
             # Oracle SQL has no BOOLEAN before 23ai: packed is 0 or 1.  The
             # metadata as LONG RAW: in SQL a RAW bind stops at 2000 bytes.
