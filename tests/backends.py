@@ -353,6 +353,26 @@ def query(storage, sql):
         cm.close(conn, cursor)
 
 
+def by_page(storage):
+    """Whether a pack of ``storage`` removes old revisions in a pass by
+    page of their own before the garbage goes by object (PostgreSQL 14
+    and later, history-preserving: relstorage.adapters.postgresql.pack)."""
+    packer = storage._adapter.packer
+    least = getattr(packer, 'TID_RANGE_SCAN', None)
+    if least is None:
+        return False
+    (version,), = query(
+        storage, "SELECT current_setting('server_version_num')::int")
+    return version >= least
+
+
+def deleting_phase(storage):
+    """The progress name of a pack's deletions by object on ``storage``."""
+    from relstorage.pack.deletion import DELETING
+    return DELETING[storage._adapter.packer.keep_history
+                    and not by_page(storage)]
+
+
 def write(storage, sql, params=()):
     """Run ``sql`` with ``params`` in a write transaction of its own on
     ``storage``'s database, and commit it."""

@@ -20,10 +20,13 @@ from ZODB.utils import u64
 
 from relstorage.pack import analysis as pack_analysis
 from relstorage.pack import throttle as pack_throttle
+from backends import deleting_phase
+from backends import by_page
 from backends import query
 from relstorage.errors import PackError
 from relstorage.errors import PackStopped
 from relstorage.pack.deletion import DELETING
+from relstorage.pack.deletion import PAGES
 from relstorage.progress import Progress
 
 
@@ -287,23 +290,87 @@ def test_a_deletion_stopped_part_way_is_continued(open_storage,
     storage = open_storage(pack_batch_timeout=0.0, pack_duty_cycle=1.0)
     db = ZODB.DB(storage)
     dropped = _build(db, 300)
-    deleting = DELETING[storage._adapter.packer.keep_history]
+    deleting = deleting_phase(storage)
     stopped = Recorder(stop_in=deleting, stop_after=3)
     with pytest.raises(PackStopped):
         _pack(storage, progress=stopped)
     gone = [oid for oid in dropped if not _exists(storage, oid)]
     assert 0 < len(gone) < len(dropped)
     run = query(storage, 'SELECT phase, upto FROM pack_run')
-    assert run[0][0] == 1 and run[0][1] >= max(gone)
+    # (Where old revisions go by page first, the garbage's pass is the
+    # second phase.)
+    assert run[0][0] == 1 + by_page(storage) and run[0][1] >= max(gone)
     rest = Recorder()
     _pack(storage, skip_prepack=True, progress=rest)
     # The rest of the objects, none twice (history-preserving: also the
-    # root, whose old revisions go).
+    # root, whose old revisions go, where they go with the garbage).
     total = stopped.phases[deleting][0]
-    assert total == len(dropped) + storage._adapter.packer.keep_history
+    assert total == len(dropped) + (deleting == DELETING[True])
     assert rest.phases[deleting] == [total - stopped.count(deleting)] * 2
     assert not any(_exists(storage, oid) for oid in dropped)
     assert len(_reachable(storage)) == 1 + 300
+    db.close()
+
+
+def _old_revisions(storage):
+    """Rows of object_state that are not their object's current one, and
+    rows of object_ref whose revision is gone."""
+    old = query(storage, """
+        SELECT COUNT(*) FROM object_state o
+        JOIN current_object c ON c.zoid = o.zoid
+        WHERE o.tid <> c.tid""")[0][0]
+    orphans = query(storage, """
+        SELECT COUNT(*) FROM object_ref r
+        LEFT JOIN object_state o ON o.zoid = r.zoid AND o.tid = r.tid
+        WHERE o.zoid IS NULL""")[0][0]
+    return old, orphans
+
+
+def test_a_pass_by_page_stopped_part_way_is_continued(
+        open_storage, monkeypatch):
+    # A page a batch: the pass over a few dozen pages stops after three.
+    monkeypatch.setattr(pack_throttle, 'FIRST_BATCH', 1)
+    monkeypatch.setattr(pack_throttle, 'MIN_BATCH', 1)
+    storage = open_storage(pack_batch_timeout=0.0, pack_duty_cycle=1.0)
+    if not by_page(storage):
+        pytest.skip('old revisions go with the garbage here (by page: '
+                    'PostgreSQL 14 and later, history-preserving)')
+    db = ZODB.DB(storage)
+    dropped = _build(db, 300)
+    # Old revisions on every page: the kept mappings changed, 50 a commit,
+    # after a first pack that analysed their references.
+    _pack(storage)
+    conn = db.open()
+    root = conn.root()
+    for index in range(1, 300, 2):
+        root[index]['v'] = index
+        if index % 100 == 99:
+            transaction.commit()
+    transaction.commit()
+    conn.close()
+    before, _ = _old_revisions(storage)
+    assert before >= 150
+    stopped = Recorder(stop_in=PAGES, stop_after=3)
+    with pytest.raises(PackStopped):
+        _pack(storage, progress=stopped)
+    assert deleting_phase(storage) not in stopped.phases   # (after it)
+    pages = stopped.phases[PAGES][0]
+    assert pages > 3
+    run = query(storage, 'SELECT phase, upto FROM pack_run')
+    assert run == [(1, 2)]
+    between, _ = _old_revisions(storage)
+    assert 0 < between < before
+    rest = Recorder()
+    _pack(storage, skip_prepack=True, progress=rest)
+    # Only the rest of the pages, none twice; then no garbage (the first
+    # pack removed it).
+    assert rest.phases[PAGES] == [pages - 3, pages - 3]
+    assert rest.phases[deleting_phase(storage)] == [0, 0]
+    assert _old_revisions(storage) == (0, 0)
+    assert not any(_exists(storage, oid) for oid in dropped)
+    assert len(_reachable(storage)) == 1 + 300
+    # (Not a whole pack: a later one does not build on it.)
+    assert query(storage, 'SELECT phase FROM pack_run') == []
     db.close()
 
 

@@ -18,8 +18,12 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 
 from relstorage.pack.deletion import DELETING
+from relstorage.pack.deletion import PAGES
 
 from children import run_on_terminal
+from backends import deleting_phase
+from backends import by_page
+
 ZODBPACK = os.path.join(os.path.dirname(sys.executable), 'zodbpack')
 TIMEOUT = 120
 
@@ -42,6 +46,16 @@ def config(tmp_path, backend, database, keep_history):
 
 def _open(path):
     return ZODB.config.storageFromURL(str(path))
+
+
+def _deleting(path):
+    """The name of the deletions by object in the progress of a pack of
+    ``path``'s storage."""
+    storage = _open(path)
+    try:
+        return deleting_phase(storage)
+    finally:
+        storage.close()
 
 
 def _fill(path, count, drop_every=2):
@@ -126,7 +140,7 @@ def test_packs_every_storage_of_the_file(config, tmp_path, keep_history):
     assert result.returncode == 0, result.stderr
     assert 'packing storage (relstorage)' in result.stderr
     assert 'packing fs (filestorage)' in result.stderr
-    assert DELETING[keep_history] + ' (' in result.stderr
+    assert _deleting(path) + ' (' in result.stderr
     assert _state(path, dropped) == (0, 1 + 20 * 2, 0)
     assert os.path.exists(str(fs_path) + '.old')     # FileStorage packed
 
@@ -320,7 +334,7 @@ def test_ctrl_c_stops_at_a_batch_boundary_and_a_later_run_goes_on(
     fast = config()
     dropped = _fill(fast, 1000)
     proc = _start('-d', '-1', slow)
-    _wait_for(proc, DELETING[keep_history] + ' (')
+    _wait_for(proc, _deleting(fast) + ' (')
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=TIMEOUT)
     assert proc.returncode == 130, err
@@ -349,7 +363,11 @@ def test_killed_in_each_phase_and_run_again(config, keep_history):
     db.close()
     phases = ['revisions analysed for references',
               'objects reached from the root',
-              DELETING[keep_history] + ' (']
+              _deleting(fast) + ' (']
+    storage = _open(fast)
+    if by_page(storage):
+        phases.insert(2, PAGES + ' (')
+    storage.close()
     for phase in phases:
         proc = _start('-d', '-1', slow)
         _wait_for(proc, phase)

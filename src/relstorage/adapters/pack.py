@@ -24,7 +24,7 @@ from zope.interface import implementer
 #: The layout of pack_run, pack_object and pack_reached that this code
 #: writes; a pack_run of another format is never used.  (Format 1 removed
 #: garbage and old revisions in two passes, phases 1 and 2; format 2 in
-#: one, phase 1, and has no phase 2.)
+#: one, phase 1, followed where revisions go by page by phase 2.)
 FORMAT = 2
 
 #: refs_zoid once every revision of refs_tid is analysed.
@@ -72,9 +72,11 @@ class PackRun:
                  'upto', 'counts')
 
     #: Phases: analysing (no usable analysis yet), analysed (the
-    #: deletions have got to ``upto``), deletions done; and the row a pack
-    #: leaves when it ran from its analysis to its end (``Packer.base``).
-    ANALYSING, ANALYSED, DELETED, DONE = 0, 1, 3, 4
+    #: deletions have got to ``upto``: a zoid, or a page where they go by
+    #: page, ``Packer.by_page``), the garbage's remains after the pass by
+    #: page (to zoid ``upto``), deletions done; and the row a pack leaves
+    #: when it ran from its analysis to its end (``Packer.base``).
+    ANALYSING, ANALYSED, REMAINS, DELETED, DONE = 0, 1, 2, 3, 4
 
     def __init__(self, format, pack_tid, gc, refs_tid, objects, phase, upto):  # noqa: A002 (the pack_run column's name)
         self.format = format
@@ -271,6 +273,10 @@ class Packer:
     mirror_in_use = False
     #: Statements taking (zoid, keep_tid) (history-preserving).
     DELETE_OLD = ()
+    #: Whether revisions go first in a pass by page (``pages``,
+    #: ``delete_pages``; PostgreSQL's says why), ``doomed`` then the
+    #: garbage's remains.
+    by_page = False
     MARK_PACKED = None            # (pack_tid,): history-preserving
     FINISH = ()                   # statements taking (pack_tid,)
 

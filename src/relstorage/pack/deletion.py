@@ -33,6 +33,10 @@ RETRY_PAUSE = 0.1
 #: revisions are removed.
 DELETING = {False: 'garbage objects removed',
             True: 'garbage objects and old revisions removed'}
+#: The pass over object_state's pages (Packer.by_page), which removes old
+#: revisions (of garbage too) before the garbage goes by object.
+PAGES = 'pages cleared of old revisions'
+
 
 
 class DeletionSteps:
@@ -74,7 +78,7 @@ class DeletionSteps:
             time.sleep(min(0.5, max(0.05, deadline - time.monotonic())))
 
     def delete(self, run):
-        packer, cursor, options = self.packer, self.cursor, self.options
+        packer, cursor = self.packer, self.cursor
         self._wait_for_older_transactions(run)
         if run.gc:
             self.catch_up(run)
@@ -86,32 +90,30 @@ class DeletionSteps:
         # earlier process removed part (it may have skipped objects).
         whole = run.phase == run.ANALYSED and run.upto == -1
         gc = run.gc
-        if run.phase == run.ANALYSED:
+        skipped = 0
+        if run.phase == run.ANALYSED and packer.by_page:
+            # First every revision older than its object's kept one, by
+            # page; then what is left of the garbage, by zoid.
+            self._pages(run)
+            run.phase, run.upto = run.REMAINS, -1
+            self.write(lambda: packer.update_run(cursor, run.phase, -1))
+        if run.phase in (run.ANALYSED, run.REMAINS):
             if run.counts and run.upto == -1:
-                total = sum(run.counts)
+                total = run.counts[0] if packer.by_page else sum(run.counts)
             else:
                 total = self.read(
                     lambda: packer.count_doomed(cursor, run.gc, run.upto))
-            watch = None
-            if options.pack_duty_cycle < 1.0 and packer.watches_commits:
-                watch = _Watch.started(self.cm, packer)
-            pacer = _Pacer(options, self._last_tid, packer.counts_waiters,
-                           watch)
-            try:
-                skipped = self._batches(
-                    run, pacer, DELETING[packer.keep_history],
-                    lambda after, size: packer.doomed(cursor, run.gc, after,
-                                                      size),
-                    lambda rows: packer.delete_doomed(cursor, rows,
-                                                      run.pack_tid),
-                    total)
-            finally:
-                if watch is not None:
-                    watch.stop()
-            # (Not whole either when garbage collection stopped part way.)
-            whole = whole and not skipped and run.gc == gc
+            skipped = self._paced(
+                run, DELETING[packer.keep_history and not packer.by_page],
+                lambda after, size: packer.doomed(cursor, run.gc, after,
+                                                  size),
+                lambda rows: packer.delete_doomed(cursor, rows,
+                                                  run.pack_tid),
+                total)
             run.phase, run.upto = run.DELETED, -1
             self.write(lambda: packer.update_run(cursor, run.phase, -1))
+        # (Not whole either when garbage collection stopped part way.)
+        whole = whole and not skipped and run.gc == gc
 
         def finish():
             packer.finish(cursor, run.pack_tid)
@@ -120,6 +122,39 @@ class DeletionSteps:
                 packer.done(cursor, run)
         self.write(finish)
         self.progress.note('pack to %s done', tid_text(run.pack_tid))
+
+    def _paced(self, run, what, fetch, apply, total):
+        """``_batches`` with a pacer, and the watch it reads where the
+        database has one."""
+        watch = None
+        if self.options.pack_duty_cycle < 1.0 and \
+                self.packer.watches_commits:
+            watch = _Watch.started(self.cm, self.packer)
+        pacer = _Pacer(self.options, self._last_tid,
+                       self.packer.counts_waiters, watch)
+        try:
+            return self._batches(run, pacer, what, fetch, apply, total)
+        finally:
+            if watch is not None:
+                watch.stop()
+
+    def _pages(self, run):
+        """The pass by page (Packer.by_page), from page ``run.upto + 1``
+        to the last page of object_state."""
+        packer, cursor = self.packer, self.cursor
+        end = self.read(lambda: packer.pages(cursor))
+        removed = []
+
+        def pages(after, size):
+            return [(page,) for page in range(after + 1,
+                                              min(after + 1 + size, end))]
+
+        def apply(rows):
+            removed.append(packer.delete_pages(cursor, rows[0][0],
+                                               rows[-1][0] + 1))
+            return len(rows)
+        self._paced(run, PAGES, pages, apply, max(0, end - run.upto - 1))
+        self.progress.note('%s old revisions removed', f'{sum(removed):,}')
 
     def _stop_gc_if_blocked(self, run):
         """After a catch-up that met a revision whose references cannot
@@ -131,8 +166,9 @@ class DeletionSteps:
             self.write(lambda: self.packer.stop_gc(self.cursor))
 
     def _batches(self, run, pacer, what, fetch, apply, total):
-        """Fetch and apply batches of rows (their first item a zoid, in
-        order) until none is left; returns how many of the rows fetched
+        """Fetch and apply batches of rows (their first item a zoid, or a
+        page, in order) until none is left, catching up with references
+        every CATCH_UP_EVERY seconds; returns how many of the rows fetched
         were not applied (``apply`` returns how many were)."""
         packer, cursor = self.packer, self.cursor
         progress = self.progress

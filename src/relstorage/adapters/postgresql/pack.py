@@ -305,6 +305,110 @@ class HistoryPreservingPacker(HistoryPreservingMixin, _PostgreSQLPacker):
     DELETE_OLD = tuple(_DELETE_OLD.format(table=table) for table in (
         'object_state', 'object_ref', 'object_blob'))
 
+    # -- revisions by page -------------------------------------------------
+    #
+    # PostgreSQL keeps a table's rows where they were written, not in key
+    # order (InnoDB does), so the revisions of one object lie wherever
+    # each was committed: a BTree bucket changed in a thousand commits
+    # has its revisions on a thousand pages.  Deleted by object, in zoid
+    # order, revisions reach the same page again and again over the
+    # pass, and each time after a checkpoint PostgreSQL logs the whole
+    # page again (full_page_writes).  At 1,000,000 documents the
+    # deletions wrote 5.6 GB of WAL for a 2.4 GB object_state (756,000
+    # full-page images: each page 2.4 times; 4.5 GB of them by the
+    # DELETEs, 1.2 GB by the pruning that reads do after them; with
+    # max_wal_size 1 GB, ten checkpoints in the pass): every commit of
+    # another client waits for its share of that log to reach the disk,
+    # and so does a replica.  So the revisions go first in the table's
+    # physical order, a range of pages per batch (a TID range scan,
+    # PostgreSQL 14 and later), each page changed in one batch: every
+    # revision older than its object's kept one, of garbage and kept
+    # objects alike (as by zoid, without locks: no commit writes them).
+    # Then the
+    # pass by zoid over the garbage removes each garbage object whole, as
+    # everywhere: its kept revision (one row each), its current_object
+    # row.  A garbage object that a catch-up rescues during the pass by
+    # page still has its kept revision.  Rows written after the pack tid
+    # are never doomed, wherever they land; a row moved by a concurrent
+    # VACUUM FULL to a page already passed stays, an old revision left
+    # over, never a loss.
+    #
+    # Measured in docs/performance.rst ("Revisions by page").
+
+    #: The first version of PostgreSQL with TID range scans.
+    TID_RANGE_SCAN = 140000
+
+    DOOMED_GARBAGE_GC = """
+        SELECT p.zoid, p.keep_tid, 1
+        FROM pack_object p
+        LEFT JOIN pack_reached x ON x.zoid = p.zoid AND x.zoid > %s
+        WHERE p.zoid > %s AND (x.zoid IS NULL OR p.keep_null)
+        ORDER BY p.zoid
+        LIMIT %s"""
+    DOOMED_GARBAGE_NO_GC = """
+        SELECT zoid, keep_tid, 1
+        FROM pack_object
+        WHERE zoid > %s AND keep_null
+        ORDER BY zoid
+        LIMIT %s"""
+    COUNT_GARBAGE_AFTER_GC = """
+        SELECT COUNT(*) FROM pack_object p
+        LEFT JOIN pack_reached x ON x.zoid = p.zoid
+        WHERE p.zoid > %s AND (x.zoid IS NULL OR p.keep_null)"""
+    COUNT_GARBAGE_AFTER_NO_GC = """
+        SELECT COUNT(*) FROM pack_object WHERE zoid > %s AND keep_null"""
+    PAGES = ("SELECT pg_relation_size('object_state') / "
+             "current_setting('block_size')::bigint")
+    # The revisions on pages [first, end) older than their object's kept
+    # one, with their references and blob rows (data-modifying WITH
+    # queries always run to completion).
+    DELETE_PAGES = """
+        WITH gone AS (
+            DELETE FROM object_state o
+            USING pack_object p
+            WHERE o.ctid >= %s::tid AND o.ctid < %s::tid
+              AND p.zoid = o.zoid AND o.tid < p.keep_tid
+            RETURNING o.zoid, o.tid),
+        refs AS (
+            DELETE FROM object_ref r USING gone g
+            WHERE r.zoid = g.zoid AND r.tid = g.tid),
+        blobs AS (
+            DELETE FROM object_blob b USING gone g
+            WHERE b.zoid = g.zoid AND b.tid = g.tid)
+        SELECT COUNT(*) FROM gone"""
+
+    def prepare_session(self, cursor):
+        super().prepare_session(cursor)
+        cursor.execute("SELECT current_setting('server_version_num')::int")
+        # (by_page: where the server scans a range of pages.)
+        self.by_page = cursor.fetchone()[0] >= self.TID_RANGE_SCAN
+
+    def doomed(self, cursor, gc, after, limit):
+        if not self.by_page:
+            return super().doomed(cursor, gc, after, limit)
+        if gc:
+            cursor.execute(self.DOOMED_GARBAGE_GC, (after, after, limit))
+        else:
+            cursor.execute(self.DOOMED_GARBAGE_NO_GC, (after, limit))
+        return [(zoid, keep_tid, True)
+                for zoid, keep_tid, _ in cursor.fetchall()]
+
+    def count_doomed(self, cursor, gc, after):
+        if not self.by_page:
+            return super().count_doomed(cursor, gc, after)
+        cursor.execute(self.COUNT_GARBAGE_AFTER_GC if gc
+                       else self.COUNT_GARBAGE_AFTER_NO_GC, (after,))
+        return cursor.fetchone()[0]
+
+    def pages(self, cursor):
+        cursor.execute(self.PAGES)
+        return cursor.fetchone()[0]
+
+    def delete_pages(self, cursor, first, end):
+        cursor.execute(self.BATCH_PLAN)
+        cursor.execute(self.DELETE_PAGES, (f'({first},0)', f'({end},0)'))
+        return cursor.fetchone()[0]
+
 
 class HistoryFreePacker(HistoryFreeMixin, _PostgreSQLPacker):
 
