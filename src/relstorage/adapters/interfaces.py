@@ -636,10 +636,15 @@ class IPacker(Interface):
 
     # -- deletion --
 
+    by_page = Attribute(
+        'Whether old revisions go first in a pass by page (the packer '
+        'provides IPagePacker), after which ``doomed`` lists the garbage '
+        'only')
+
     def doomed(cursor, gc, after, limit):
         """``[(zoid, keep_tid, garbage)]`` by zoid after ``after``: the
         objects that go (``garbage``) and the kept ones with older
-        revisions."""
+        revisions (the garbage only, with ``by_page``)."""
 
     def delete_doomed(cursor, rows, pack_tid):
         """Remove what ``rows`` of ``doomed`` say; returns how many were
@@ -652,3 +657,15 @@ class IPacker(Interface):
 
     def finish(cursor, pack_tid):
         """Remove the transactions up to ``pack_tid`` left without data."""
+
+
+class IPagePacker(Interface):
+    """A packer whose deletions go first by page (``IPacker.by_page``)."""
+
+    def pages(cursor):
+        """The number of pages of object_state."""
+
+    def delete_pages(cursor, first, end):
+        """Remove the revisions on pages [first, end) of object_state
+        older than their object's kept one, with their references and
+        blob rows; returns how many."""

@@ -24,7 +24,8 @@ from zope.interface import implementer
 #: The layout of pack_run, pack_object and pack_reached that this code
 #: writes; a pack_run of another format is never used.  (Format 1 removed
 #: garbage and old revisions in two passes, phases 1 and 2; format 2 in
-#: one, phase 1, followed where revisions go by page by phase 2.)
+#: one, phase 1, except where revisions go by page: that pass, phase 1,
+#: then the garbage, phase 2.)
 FORMAT = 2
 
 #: refs_zoid once every revision of refs_tid is analysed.

@@ -38,7 +38,6 @@ DELETING = {False: 'garbage objects removed',
 PAGES = 'pages cleared of old revisions'
 
 
-
 class DeletionSteps:
     """Deletion and blob data (see ``relstorage.pack``, steps 3 and 4)."""
 
