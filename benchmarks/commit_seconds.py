@@ -11,8 +11,8 @@ the seconds recorded, as every commit records them, and without
 is written NULL).  The record is a column more in the UPDATE that moves
 the tid (on PostgreSQL in the finish functions of step 0008, on MariaDB
 and MySQL in the one that takes the commit lock), so the difference is
-server work, no round trip.  It prints each side's median time per commit over the
-blocks and their ratio, and writes them to
+server work, no round trip.  It prints each side's median time per
+commit over the blocks and their ratio, and writes them to
 ``benchmarks/results/commit_seconds.json`` (``--json``).
 """
 import statistics

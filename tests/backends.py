@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from relstorage.pack.deletion import DELETING
 from relstorage.storage import RelStorage
 
 #: Where the test servers are; tests create and drop their own databases.
@@ -368,7 +369,6 @@ def by_page(storage):
 
 def deleting_phase(storage):
     """The progress name of a pack's deletions by object on ``storage``."""
-    from relstorage.pack.deletion import DELETING
     return DELETING[storage._adapter.packer.keep_history
                     and not by_page(storage)]
 

@@ -410,7 +410,6 @@ def test_a_batch_during_which_a_commit_was_slowed_pauses(
     original = packer.delete_doomed
     calls = []
 
-
     def slow_other():
         tm = transaction.TransactionManager()
         conn = db.open(tm)

@@ -327,14 +327,13 @@ class HistoryPreservingPacker(HistoryPreservingMixin, _PostgreSQLPacker):
     # PostgreSQL 14 and later), each page changed in one batch: every
     # revision older than its object's kept one, of garbage and kept
     # objects alike (as by zoid, without locks: no commit writes them).
-    # Then the
-    # pass by zoid over the garbage removes each garbage object whole, as
-    # everywhere: its kept revision (one row each), its current_object
-    # row.  A garbage object that a catch-up rescues during the pass by
-    # page still has its kept revision.  Rows written after the pack tid
-    # are never doomed, wherever they land; a row moved by a concurrent
-    # VACUUM FULL to a page already passed stays, an old revision left
-    # over, never a loss.
+    # Then the pass by zoid over the garbage removes each garbage object
+    # whole, as everywhere: its kept revision (one row each), its
+    # current_object row.  A garbage object that a catch-up rescues
+    # during the pass by page still has its kept revision.  Rows written
+    # after the pack tid are never doomed, wherever they land; a row
+    # moved by a concurrent VACUUM FULL to a page already passed stays,
+    # an old revision left over, never a loss.
     #
     # Measured in docs/performance.rst ("Revisions by page").
 
