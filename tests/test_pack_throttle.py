@@ -436,6 +436,46 @@ def test_a_batch_during_which_a_commit_was_slowed_pauses(
     db.close()
 
 
+def test_an_analysis_step_during_which_a_commit_was_slowed_pauses(
+        open_storage, backend, monkeypatch):
+    """The analysis is paced like the deletions: a commit of another
+    client that takes long (here one that waits in its vote) while a step
+    of the analysis runs is followed by a pause (where the database tells
+    neither lock waits nor commit times, SQLite: any commit is)."""
+    storage = open_storage(pack_duty_cycle=0.5)
+    packer = storage._adapter.packer
+    db = ZODB.DB(storage)
+    _garbage(db, 50)
+    original = packer.base
+    committed = []
+
+    def slow_other():
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        conn.root()['slow'] = PersistentMapping(n=1)
+        tm.get().join(_SlowVote(0.3))
+        tm.commit()
+        conn.close()
+        committed.append(1)
+
+    def base(*args):
+        # Read just before the step that fills pack_object.
+        thread = threading.Thread(target=slow_other)
+        thread.start()
+        thread.join(10)
+        time.sleep(0.1)     # (the watch looks every 20 ms)
+        return original(*args)
+    monkeypatch.setattr(packer, 'base', base)
+    notes = _Notes()
+    storage.pack(time.time() + 1, referencesf, progress=notes)
+    assert committed
+    paused = [n for n in notes.notes if 'followed by a pause' in n]
+    assert paused and 'steps of the analysis' in paused[0], notes.notes
+    assert ('committed slower' if packer.watches_commits else
+            'committed,') in paused[0], notes.notes
+    db.close()
+
+
 def test_commits_that_wait_for_nothing_do_not_slow_the_pack(
         waits_told, monkeypatch):
     storage = waits_told

@@ -37,7 +37,12 @@ pack lock (one pack at a time; zodbpack and storage.pack alike):
    Transactions up to the pack tid are marked packed first (undo refuses
    them from then on).  One pass in key order removes the garbage and
    (history-preserving) the revisions older than each kept one; each
-   batch records where it got to.
+   batch records where it got to.  (History-preserving on PostgreSQL 14
+   and later: a pass over ``object_state``'s pages first removes every
+   revision older than its object's kept one, then the pass by key the
+   garbage; ``Packer.by_page``.)
+   The steps of 1 and 2 are paced as the batches are (``throttle``):
+   they hold no lock a committer takes, but they share the server.
 4. **Finish**: transactions left without data are removed, the analysis
    tables emptied; a pack that ran from its analysis to its end, skipping
    no object, leaves its own row in ``pack_run`` for the next to build

@@ -44,10 +44,11 @@ class AnalysisSteps:
 
     # -- references --------------------------------------------------------
 
-    def catch_up(self, run=None, show=True):
+    def catch_up(self, run=None, show=True, pacer=None):
         """Add the references of the current revisions written since the
-        last analysis, a page per transaction.  With ``run`` (an analysis
-        in use), whatever they refer to is reached after all.
+        last analysis, a page per transaction (each followed by
+        ``pacer``'s pause, when given).  With ``run`` (an analysis in
+        use), whatever they refer to is reached after all.
 
         Every page is read in one snapshot, on a connection of its own, so
         that the references recorded are those of the whole database as
@@ -71,8 +72,8 @@ class AnalysisSteps:
             self.write(lambda: self._choose_order(up_to))
             while True:
                 self._check_stop()
-                page = self.write(
-                    lambda: self._analyse_page(pages, rescue, up_to))
+                page = self._step(
+                    pacer, lambda: self._analyse_page(pages, rescue, up_to))
                 if page is None:
                     break
                 if show and page and not shown:
@@ -215,7 +216,22 @@ class AnalysisSteps:
             else '')
         return True
 
-    def _analyse_kept(self, pack_tid):
+    def _step(self, pacer, apply):
+        """``write(apply)``: a step of the analysis in a transaction of its
+        own, then ``pacer``'s pause (when given) if it held up or slowed
+        other clients (relstorage.pack.throttle).  The analysis holds no
+        lock a committer takes, but on a server with few CPUs its reads
+        and writes slow their commits as the deletions' do (measured:
+        docs/performance.rst, "Revisions by page")."""
+        if pacer is None:
+            return self.write(apply)
+        packer, cursor = self.packer, self.cursor
+        started = time.monotonic()
+        result, waiters = self.write(lambda: (apply(), packer.waiters(cursor)))
+        pacer.pause(started, waiters)
+        return result
+
+    def _analyse_kept(self, pack_tid, pacer=None):
         """Record the references of kept revisions that are no longer
         current (objects changed after the pack tid), where none are
         recorded."""
@@ -228,7 +244,7 @@ class AnalysisSteps:
                 rows = packer.kept_unanalysed(cursor, pack_tid, after, PAGE)
                 self._record_refs(rows)
                 return (rows[-1][0], len(rows)) if rows else (None, 0)
-            after, found = self.write(page)
+            after, found = self._step(pacer, page)
             count += found
             if after is None:
                 break
@@ -238,18 +254,17 @@ class AnalysisSteps:
                                'current recorded in %.1fs', f'{count:,}',
                                seconds)
 
-    def _walk(self, depth, commit_steps=False, frontier=None):
+    def _walk(self, depth, commit_steps=False, frontier=None, pacer=None):
         """Walk from the objects reached at ``depth`` (``frontier`` of
         them, when known); each step in the caller's transaction, or
-        (``commit_steps``) one of its own."""
+        (``commit_steps``) one of its own, paced by ``pacer``."""
         packer, cursor = self.packer, self.cursor
         reached = 0
         while True:
             if commit_steps:
                 self._check_stop()
-                count = self.write(
-                    functools.partial(packer.walk_step, cursor, depth,
-                                      frontier))
+                count = self._step(pacer, functools.partial(
+                    packer.walk_step, cursor, depth, frontier))
             else:
                 count = packer.walk_step(cursor, depth, frontier)
             if count <= 0:
@@ -289,7 +304,14 @@ class AnalysisSteps:
 
     def analyse(self, t, gc):
         """The pre-pack: a new analysis for a pack to ``t``; returns its
-        PackRun, or None when there is nothing to pack."""
+        PackRun, or None when there is nothing to pack.  Its steps are
+        paced like the deletions (a pacer for the whole analysis)."""
+        with self.pacing() as pacer:
+            run = self._analyse(t, gc, pacer)
+        pacer.report(self.progress, 'steps of the analysis')
+        return run
+
+    def _analyse(self, t, gc, pacer):
         packer, cursor, progress = self.packer, self.cursor, self.progress
         earlier = self.read(lambda: packer.run(cursor))
         if earlier is not None and \
@@ -298,7 +320,7 @@ class AnalysisSteps:
                 'the analysis of an earlier pack to %s, stopped before it '
                 'was done, is replaced (pack-skip-prepack would have used '
                 'it)', tid_text(earlier.pack_tid))
-        analysed = self.catch_up() if gc else None
+        analysed = self.catch_up(pacer=pacer) if gc else None
         pack_tid = self._pack_tid(t, analysed)
         if pack_tid is None:
             progress.note('nothing was committed before the pack time')
@@ -321,22 +343,23 @@ class AnalysisSteps:
         # (TRUNCATE), and what followed it would run outside the READ
         # COMMITTED transaction (adapters/mysql/pack.py, CLEAR_RUN).
         self.write(lambda: packer.clear_run(cursor))
-        objects = self.write(fill)
+        objects = self._step(pacer, fill)
         progress.note('%s objects have revisions up to the pack time%s',
                       f'{objects:,}',
                       '' if since is None else
                       f' (those unchanged since the pack to '
                       f'{tid_text(since)} as it left them)')
         if gc:
-            self._analyse_kept(pack_tid)
+            self._analyse_kept(pack_tid, pacer)
             if self.unreadable_met and self.gc_blocked(pack_tid):
                 gc = False
                 self.write(lambda: packer.stop_gc(cursor))
         if gc:
             progress.phase('objects reached from the root', objects)
-            seeded = self.write(lambda: packer.seed(cursor, pack_tid))
+            seeded = self._step(pacer,
+                                lambda: packer.seed(cursor, pack_tid))
             progress.add(seeded)
-            self._walk(0, commit_steps=True, frontier=seeded)
+            self._walk(0, commit_steps=True, frontier=seeded, pacer=pacer)
             progress.end_phase()
         self.write(lambda: packer.analysed(cursor, objects))
         run = self.read(lambda: packer.run(cursor))

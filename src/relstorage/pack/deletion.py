@@ -8,8 +8,6 @@ import time
 
 from relstorage.errors import LockConflictError
 from relstorage.errors import PackError
-from relstorage.pack.throttle import Pacer as _Pacer
-from relstorage.pack.watch import Watch as _Watch
 from relstorage.tids import tid_text
 from relstorage.tids import tid_time
 
@@ -123,19 +121,9 @@ class DeletionSteps:
         self.progress.note('pack to %s done', tid_text(run.pack_tid))
 
     def _paced(self, run, what, fetch, apply, total):
-        """``_batches`` with a pacer, and the watch it reads where the
-        database has one."""
-        watch = None
-        if self.options.pack_duty_cycle < 1.0 and \
-                self.packer.watches_commits:
-            watch = _Watch.started(self.cm, self.packer)
-        pacer = _Pacer(self.options, self._last_tid,
-                       self.packer.counts_waiters, watch)
-        try:
+        """``_batches`` with a pacer of its own (``pacing``)."""
+        with self.pacing() as pacer:
             return self._batches(run, pacer, what, fetch, apply, total)
-        finally:
-            if watch is not None:
-                watch.stop()
 
     def _pages(self, run):
         """The pass by page (Packer.by_page), from page ``run.upto + 1``
@@ -222,25 +210,25 @@ class DeletionSteps:
         per transaction.  A blob's chunks belong to one revision, and
         uncommitted ones are invisible here."""
         blobs, cursor = self.adapter.blobs, self.cursor
-        pacer = _Pacer(self.options, self._last_tid,
-                       self.packer.counts_waiters)
-        removed = 0
-        after = -1
-        while True:
-            self._check_stop()
-            blob_ids = self.read(
-                functools.partial(blobs.orphans, cursor, after, BLOB_BATCH))
-            if not blob_ids:
-                break
-            after = blob_ids[-1]
-            started = time.monotonic()
 
-            def delete(blob_ids=blob_ids):
-                blobs.delete_chunks(cursor, blob_ids)
-                return self.packer.waiters(cursor)
-            waiting = self.write(delete)
-            removed += len(blob_ids)
-            pacer.pause(started, waiting)
-        if removed:
-            self.progress.note('the data of %d blobs removed', removed)
-            pacer.report(self.progress)
+        def orphans(after):
+            return self.read(functools.partial(
+                blobs.orphans, cursor, after, BLOB_BATCH))
+        blob_ids = orphans(-1)
+        if not blob_ids:
+            return
+        removed = 0
+        with self.pacing() as pacer:
+            while blob_ids:
+                self._check_stop()
+                started = time.monotonic()
+
+                def delete(blob_ids=blob_ids):
+                    blobs.delete_chunks(cursor, blob_ids)
+                    return self.packer.waiters(cursor)
+                waiting = self.write(delete)
+                removed += len(blob_ids)
+                pacer.pause(started, waiting)
+                blob_ids = orphans(blob_ids[-1])
+        self.progress.note('the data of %d blobs removed', removed)
+        pacer.report(self.progress)

@@ -2,6 +2,7 @@
 ``pack`` and ``check_refs``, and the transactions every step runs in.
 The steps themselves are in ``analysis`` (references and the walk) and
 ``deletion`` (batches, blobs), mixed into ``_Session``."""
+import contextlib
 import logging
 
 from relstorage.errors import PackError
@@ -9,6 +10,8 @@ from relstorage.errors import PackStopped
 from relstorage.metrics import PackProgress
 from relstorage.pack.analysis import AnalysisSteps
 from relstorage.pack.deletion import DeletionSteps
+from relstorage.pack.throttle import Pacer
+from relstorage.pack.watch import Watch
 from relstorage.progress import Progress
 from relstorage.tids import tid_text
 
@@ -149,6 +152,22 @@ class _Session(AnalysisSteps, DeletionSteps):
                 return apply()
             finally:
                 cm.rollback(self.conn, self.cursor)
+
+    @contextlib.contextmanager
+    def pacing(self):
+        """A Pacer for a phase (relstorage.pack.throttle), with a watch of
+        its own on the commits of others where the database records their
+        seconds (stopped when the phase ends)."""
+        watch = None
+        if self.options.pack_duty_cycle < 1.0 and \
+                self.packer.watches_commits:
+            watch = Watch.started(self.cm, self.packer)
+        try:
+            yield Pacer(self.options, self._last_tid,
+                        self.packer.counts_waiters, watch)
+        finally:
+            if watch is not None:
+                watch.stop()
 
     def _last_tid(self):
         return self.read(lambda: self.adapter.poller.last_tid(self.cursor))

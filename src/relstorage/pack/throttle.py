@@ -168,15 +168,17 @@ class Pacer:
             self.pauses += 1
             self.paused += delay
 
-    def report(self, progress):
+    def report(self, progress, what='batches'):
         """Say how much of the phase was pauses, when there were any: an
-        administrator who finds the deletions slow should know that part
-        of their time was left to other clients on purpose."""
+        administrator who finds the pack slow should know that part of
+        its time was left to other clients on purpose.  ``what``: what
+        the phase's steps are."""
         if self.pauses:
             why = ('committed' if self.by_commits else
                    'committed slower' if self.by_slowing
                    else 'waited for them')
             progress.note(
-                '%d of %d batches followed by a pause while other clients '
+                '%d of %d %s followed by a pause while other clients '
                 '%s, %.1fs in all (pack-duty-cycle %g)',
-                self.pauses, self.batches, why, self.paused, self.duty)
+                self.pauses, self.batches, what, why, self.paused,
+                self.duty)
