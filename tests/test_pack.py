@@ -968,6 +968,29 @@ def test_postgresql_packs_without_jit(open_storage, backend, monkeypatch):
     db.close()
 
 
+def test_postgresql_packs_with_its_wal_compressed(open_storage, backend,
+                                                 monkeypatch):
+    """The pack's session compresses its WAL's page images with lz4 where
+    the server has it and the role may (the tests' role is a superuser),
+    and the server does not already; a server-wide choice stays."""
+    if not backend.name.startswith('postgresql'):
+        pytest.skip('a PostgreSQL setting')
+    storage = open_storage()
+    packer = storage._adapter.packer
+    version, lz4, server = query(storage, """
+        SELECT current_setting('server_version_num')::int,
+               'lz4' = ANY(enumvals), setting
+        FROM pg_settings WHERE name = 'wal_compression'""")[0]
+    if version < packer.WAL_LZ4 or not lz4:
+        pytest.skip('this server has no lz4 for its WAL')
+    db = ZODB.DB(storage)
+    _build(db, 20)
+    seen = _record_setting(monkeypatch, packer, 'doomed', 'wal_compression')
+    _pack(storage)
+    assert seen and set(seen) == ({'lz4'} if server == 'off' else {server})
+    db.close()
+
+
 def _record_setting(monkeypatch, packer, name, setting):
     """Have ``packer.name`` (a method taking the cursor first) record the
     session's ``setting`` before each call; returns the list of values."""

@@ -131,6 +131,36 @@ class _PostgreSQLPacker(Packer):
         # own (ALTER ROLE ... SET jit = off) serves there.
         if not self.lease_lock:
             cursor.execute('SET jit = off')
+            self._compress_wal(cursor)
+
+    #: Compresses the full-page images of the pack's session's WAL with
+    #: lz4 where the server has it (PostgreSQL 15 and later, built with
+    #: it), the role may set it (a superuser, or granted SET on it), and
+    #: the server does not compress already.  The deletions' WAL is
+    #: mostly page images, and other clients' commits wait for the log
+    #: to reach the disk: at 1,000,000 documents, on copies of one
+    #: database, 3,023 MB of WAL instead of 3,883-3,891 and 6 checkpoints
+    #: instead of 8, a writer's p99 during the deletions 25.5-29.4 ms
+    #: instead of 34.3-37.8 (docs/performance.rst, "The fill's spill, and
+    #: the analysis paced").  Only the pack's own records are compressed.
+    WAL_COMPRESSION = """
+        SELECT s.setting = 'off'
+               AND 'lz4' = ANY(s.enumvals)
+               AND has_parameter_privilege('wal_compression', 'SET')
+        FROM pg_settings s
+        WHERE s.name = 'wal_compression'"""
+    #: The first version that has lz4 for the WAL (and
+    #: has_parameter_privilege).
+    WAL_LZ4 = 150000
+
+    def _compress_wal(self, cursor):
+        cursor.execute("SELECT current_setting('server_version_num')::int")
+        if cursor.fetchone()[0] < self.WAL_LZ4:
+            return
+        cursor.execute(self.WAL_COMPRESSION)
+        row = cursor.fetchone()
+        if row and row[0]:
+            cursor.execute("SET wal_compression = 'lz4'")
 
     def walk_step(self, cursor, depth, frontier=None):
         # The pack's tables have no statistics (nothing analyses them; an
