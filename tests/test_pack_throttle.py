@@ -317,6 +317,27 @@ class _SlowVote:
     commit = tpc_begin = tpc_finish = tpc_abort = abort
 
 
+def _slow_commit(db):
+    """Another client's commit that waits 0.3 s in its vote, made by a
+    thread and waited for, then time for the watch to see it (it looks
+    every 20 ms); whether it was committed."""
+    done = []
+
+    def commit():
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        conn.root()['slow'] = PersistentMapping(n=1)
+        tm.get().join(_SlowVote(0.3))
+        tm.commit()
+        conn.close()
+        done.append(True)
+    thread = threading.Thread(target=commit)
+    thread.start()
+    thread.join(10)
+    time.sleep(0.1)
+    return bool(done)
+
+
 def test_each_ordinary_commit_records_its_seconds(open_storage, tmp_path,
                                                   monkeypatch):
     """With the tid it moves, a commit records how slow this client's
@@ -410,22 +431,11 @@ def test_a_batch_during_which_a_commit_was_slowed_pauses(
     original = packer.delete_doomed
     calls = []
 
-    def slow_other():
-        tm = transaction.TransactionManager()
-        conn = db.open(tm)
-        conn.root()['slow'] = PersistentMapping(n=1)
-        tm.get().join(_SlowVote(0.3))
-        tm.commit()
-        conn.close()
-
     def delete_doomed(cursor, rows, pack_tid):
         if not calls:
             # Before the batch's deletions: on MariaDB a commit during
             # them may wait for their locks (another measure's pause).
-            thread = threading.Thread(target=slow_other)
-            thread.start()
-            thread.join(10)
-            time.sleep(0.1)     # (the watch looks every 20 ms)
+            _slow_commit(db)
         calls.append(len(rows))
         return original(cursor, rows, pack_tid)
     monkeypatch.setattr(packer, 'delete_doomed', delete_doomed)
@@ -449,26 +459,14 @@ def test_an_analysis_step_during_which_a_commit_was_slowed_pauses(
     original = packer.base
     committed = []
 
-    def slow_other():
-        tm = transaction.TransactionManager()
-        conn = db.open(tm)
-        conn.root()['slow'] = PersistentMapping(n=1)
-        tm.get().join(_SlowVote(0.3))
-        tm.commit()
-        conn.close()
-        committed.append(1)
-
     def base(*args):
         # Read just before the step that fills pack_object.
-        thread = threading.Thread(target=slow_other)
-        thread.start()
-        thread.join(10)
-        time.sleep(0.1)     # (the watch looks every 20 ms)
+        committed.append(_slow_commit(db))
         return original(*args)
     monkeypatch.setattr(packer, 'base', base)
     notes = _Notes()
     storage.pack(time.time() + 1, referencesf, progress=notes)
-    assert committed
+    assert committed == [True]
     paused = [n for n in notes.notes if 'followed by a pause' in n]
     assert paused and 'steps of the analysis' in paused[0], notes.notes
     assert ('committed slower' if packer.watches_commits else

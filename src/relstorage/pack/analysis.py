@@ -222,7 +222,8 @@ class AnalysisSteps:
         other clients (relstorage.pack.throttle).  The analysis holds no
         lock a committer takes, but on a server with few CPUs its reads
         and writes slow their commits as the deletions' do (measured:
-        docs/performance.rst, "Revisions by page")."""
+        docs/performance.rst, "The fill's spill, and the analysis
+        paced")."""
         if pacer is None:
             return self.write(apply)
         packer, cursor = self.packer, self.cursor
