@@ -72,7 +72,7 @@ class AnalysisSteps:
             self.write(lambda: self._choose_order(up_to))
             while True:
                 self._check_stop()
-                page = self._step(
+                page = self.paced_write(
                     pacer, lambda: self._analyse_page(pages, rescue, up_to))
                 if page is None:
                     break
@@ -216,22 +216,6 @@ class AnalysisSteps:
             else '')
         return True
 
-    def _step(self, pacer, apply):
-        """``write(apply)``: a step of the analysis in a transaction of its
-        own, then ``pacer``'s pause (when given) if it held up or slowed
-        other clients (relstorage.pack.throttle).  The analysis holds no
-        lock a committer takes, but on a server with few CPUs its reads
-        and writes slow their commits as the deletions' do (measured:
-        docs/performance.rst, "The fill's spill, and the analysis
-        paced")."""
-        if pacer is None:
-            return self.write(apply)
-        packer, cursor = self.packer, self.cursor
-        started = time.monotonic()
-        result, waiters = self.write(lambda: (apply(), packer.waiters(cursor)))
-        pacer.pause(started, waiters)
-        return result
-
     def _analyse_kept(self, pack_tid, pacer=None):
         """Record the references of kept revisions that are no longer
         current (objects changed after the pack tid), where none are
@@ -245,7 +229,7 @@ class AnalysisSteps:
                 rows = packer.kept_unanalysed(cursor, pack_tid, after, PAGE)
                 self._record_refs(rows)
                 return (rows[-1][0], len(rows)) if rows else (None, 0)
-            after, found = self._step(pacer, page)
+            after, found = self.paced_write(pacer, page)
             count += found
             if after is None:
                 break
@@ -264,7 +248,7 @@ class AnalysisSteps:
         while True:
             if commit_steps:
                 self._check_stop()
-                count = self._step(pacer, functools.partial(
+                count = self.paced_write(pacer, functools.partial(
                     packer.walk_step, cursor, depth, frontier))
             else:
                 count = packer.walk_step(cursor, depth, frontier)
@@ -344,7 +328,7 @@ class AnalysisSteps:
         # (TRUNCATE), and what followed it would run outside the READ
         # COMMITTED transaction (adapters/mysql/pack.py, CLEAR_RUN).
         self.write(lambda: packer.clear_run(cursor))
-        objects = self._step(pacer, fill)
+        objects = self.paced_write(pacer, fill)
         progress.note('%s objects have revisions up to the pack time%s',
                       f'{objects:,}',
                       '' if since is None else
@@ -357,8 +341,8 @@ class AnalysisSteps:
                 self.write(lambda: packer.stop_gc(cursor))
         if gc:
             progress.phase('objects reached from the root', objects)
-            seeded = self._step(pacer,
-                                lambda: packer.seed(cursor, pack_tid))
+            seeded = self.paced_write(
+                pacer, lambda: packer.seed(cursor, pack_tid))
             progress.add(seeded)
             self._walk(0, commit_steps=True, frontier=seeded, pacer=pacer)
             progress.end_phase()

@@ -221,14 +221,9 @@ class DeletionSteps:
         with self.pacing() as pacer:
             while blob_ids:
                 self._check_stop()
-                started = time.monotonic()
-
-                def delete(blob_ids=blob_ids):
-                    blobs.delete_chunks(cursor, blob_ids)
-                    return self.packer.waiters(cursor)
-                waiting = self.write(delete)
+                self.paced_write(pacer, functools.partial(
+                    blobs.delete_chunks, cursor, blob_ids))
                 removed += len(blob_ids)
-                pacer.pause(started, waiting)
                 blob_ids = orphans(blob_ids[-1])
         self.progress.note('the data of %d blobs removed', removed)
         pacer.report(self.progress)

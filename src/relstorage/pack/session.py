@@ -4,6 +4,7 @@ The steps themselves are in ``analysis`` (references and the walk) and
 ``deletion`` (batches, blobs), mixed into ``_Session``."""
 import contextlib
 import logging
+import time
 
 from relstorage.errors import PackError
 from relstorage.errors import PackStopped
@@ -168,6 +169,24 @@ class _Session(AnalysisSteps, DeletionSteps):
         finally:
             if watch is not None:
                 watch.stop()
+
+    def paced_write(self, pacer, apply):
+        """``write(apply)``, then ``pacer``'s pause (when given) if other
+        clients waited for that transaction or were slowed during it
+        (relstorage.pack.throttle).  The analysis's steps and the blob
+        data's batches go this way; the deletions' batches, tried again
+        over a conflict, in ``_batches``.  The analysis holds no lock a
+        committer takes, but on a server with few CPUs its reads and
+        writes slow their commits as the deletions' do (measured:
+        docs/performance.rst, "The fill's spill, and the analysis
+        paced")."""
+        if pacer is None:
+            return self.write(apply)
+        packer, cursor = self.packer, self.cursor
+        started = time.monotonic()
+        result, waiters = self.write(lambda: (apply(), packer.waiters(cursor)))
+        pacer.pause(started, waiters)
+        return result
 
     def _last_tid(self):
         return self.read(lambda: self.adapter.poller.last_tid(self.cursor))

@@ -119,7 +119,13 @@ class _PostgreSQLPacker(Packer):
             cursor.execute('SELECT pg_advisory_unlock(%s)', (PACK_LOCK,))
         return release
 
+    #: The server's version (server_version_num), read by
+    #: prepare_session.
+    server_version = 0
+
     def prepare_session(self, cursor):
+        cursor.execute("SELECT current_setting('server_version_num')::int")
+        self.server_version = cursor.fetchone()[0]
         # No JIT compilation for the pack's session: its statements are
         # many short ones, which PostgreSQL 15 (jit on by default) may
         # estimate above jit_above_cost, and then compiles each time, on
@@ -154,8 +160,7 @@ class _PostgreSQLPacker(Packer):
     WAL_LZ4 = 150000
 
     def _compress_wal(self, cursor):
-        cursor.execute("SELECT current_setting('server_version_num')::int")
-        if cursor.fetchone()[0] < self.WAL_LZ4:
+        if self.server_version < self.WAL_LZ4:
             return
         cursor.execute(self.WAL_COMPRESSION)
         row = cursor.fetchone()
@@ -451,9 +456,8 @@ class HistoryPreservingPacker(HistoryPreservingMixin, _PostgreSQLPacker):
 
     def prepare_session(self, cursor):
         super().prepare_session(cursor)
-        cursor.execute("SELECT current_setting('server_version_num')::int")
         # (by_page: where the server scans a range of pages.)
-        self.by_page = cursor.fetchone()[0] >= self.TID_RANGE_SCAN
+        self.by_page = self.server_version >= self.TID_RANGE_SCAN
 
     def doomed(self, cursor, gc, after, limit):
         if not self.by_page:
