@@ -790,14 +790,11 @@ def _current(storage, oids):
     return {oid for oid in oids if _exists(storage, oid)}
 
 
-@pytest.mark.parametrize('seed', [1, 2])
-def test_packing_agrees_with_filestorage(open_storage, keep_history,
-                                         tmp_path, seed):
+def _agrees_with_filestorage(ours, tmp_path, seed, keep_history):
     rng = random.Random(seed)
     fs = FileStorage(str(tmp_path / 'Data.fs'))
     fs_db = ZODB.DB(fs)
     times = _random_history(fs_db, rng)
-    ours = open_storage()
     ours.copyTransactionsFrom(fs)
     every = {oid for oid, _ in _records(fs)}
     # History-preserving: midway (which revisions stay), then up to now.
@@ -813,6 +810,45 @@ def test_packing_agrees_with_filestorage(open_storage, keep_history,
         assert _current(ours, every) == _current(fs, every)
     assert _reachable(ours) == _reachable(fs)
     fs_db.close()
+
+
+@pytest.mark.parametrize('seed', [1, 2])
+def test_packing_agrees_with_filestorage(open_storage, keep_history,
+                                         tmp_path, seed):
+    _agrees_with_filestorage(open_storage(), tmp_path, seed, keep_history)
+
+
+@pytest.mark.parametrize('span', [0, 10**9], ids=['by-key', 'by-range'])
+def test_mysql_removes_revisions_by_key_or_by_range_alike(
+        open_storage, backend, keep_history, tmp_path, monkeypatch, span):
+    """MySQL history-preserving removes a batch's revisions of
+    object_state over its key range where its objects are dense, else by
+    key (RANGE_SPAN): forced one way, then the other, the same records
+    stay as FileStorage keeps."""
+    if not backend.name.startswith('mysql') or not keep_history:
+        pytest.skip('MySQL history-preserving only')
+    ours = open_storage(pack_batch_timeout=0.0)
+    packer = ours._adapter.packer
+    monkeypatch.setattr(packer, 'RANGE_SPAN', span)
+    seen = set()
+    original = packer.delete_doomed
+
+    class Spy:
+        def __init__(self, cursor):
+            self._cursor = cursor
+
+        def execute(self, statement, *args):
+            seen.add(statement)
+            return self._cursor.execute(statement, *args)
+
+        def __getattr__(self, name):
+            return getattr(self._cursor, name)
+
+    monkeypatch.setattr(packer, 'delete_doomed', lambda cursor, *args:
+                        original(Spy(cursor), *args))
+    _agrees_with_filestorage(ours, tmp_path, 1, True)
+    assert (packer.DELETE_STATE_RANGE in seen) == bool(span)
+    assert (packer.DELETE_STATE in seen) == (not span)
 
 
 # -- writers throughout a pack ----------------------------------------------

@@ -648,9 +648,11 @@ class IPacker(Interface):
 
     def delete_doomed(cursor, rows, pack_tid):
         """Remove what ``rows`` of ``doomed`` say; returns how many were
-        applied.  Never waits for a row lock: garbage whose rows a
-        committer holds is skipped (it is being written, so it is no
-        longer garbage)."""
+        applied.  Never waits for a lock a committer may hold while it
+        waits for the pack: garbage whose rows a committer holds is
+        skipped (it is being written, so it is no longer garbage).  (At
+        most it waits for a committer's last step, which waits for
+        nothing the pack holds: MySQL's history-preserving packer.)"""
 
     def mark_packed(cursor, pack_tid):
         """Mark the transactions up to ``pack_tid`` packed (no undo)."""

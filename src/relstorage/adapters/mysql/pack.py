@@ -177,27 +177,32 @@ class _MySQLPacker(Packer):
         cursor.execute(self.LOCK_GARBAGE.format(in_list=in_text))
         return [row[0] for row in cursor.fetchall()]
 
-    def _batch(self, cursor, zoids):
-        """Put ``zoids`` into pack_batch (the session's own table), which
-        the deletions join, read first (STRAIGHT_JOIN): every row they
-        delete is then found by its key, and they lock nothing else.  A
-        DELETE with an IN list was planned by InnoDB as a scan of the
-        primary key on small tables (even with FORCE INDEX), and a
-        deleting scan waits for every row a committer has locked, then
-        holds what it deleted: a deadlock with a committer that writes an
-        object this batch deletes (ZODB's PackNowWhileWriting on MariaDB
-        10.11 with PyMySQL).  (UPDATE reads locked rows semi-consistently in
-        READ COMMITTED; DELETE does not.)
+    def _batch(self, cursor, rows):
+        """Put ``rows``, ``(zoid, below, gone)`` in zoid order, into
+        pack_batch (the session's own table): the batch's statements
+        remove the revisions of each object older than ``below``, and
+        ``gone`` ones whole.  Where they join it, it is read first
+        (STRAIGHT_JOIN): every row they delete is then found by its key,
+        and they lock nothing else.  A DELETE with an IN list was planned
+        by InnoDB as a scan of the primary key on small tables (even with
+        FORCE INDEX), and a deleting scan waits for every row a committer
+        has locked, then holds what it deleted: a deadlock with a
+        committer that writes an object this batch deletes (ZODB's
+        PackNowWhileWriting on MariaDB 10.11 with PyMySQL).  (UPDATE reads
+        locked rows semi-consistently in READ COMMITTED; DELETE does not.)
 
         The price: the server deletes the rows of a table that is not the
         first of a multi-table DELETE's join afterwards, each found again
         by its key.  Measured on MariaDB 10.11 (200,000 documents): 24 us
         a revision row, against 14 for a single-table DELETE over the
         batch's key range that looks each row's object up in pack_batch;
-        in a whole pack, deletions of 18.7 s against 16.2.  Not taken: that
-        range holds objects outside the batch, whose rows such a DELETE
-        reads and locks, waiting for committers that hold them (and, with
-        a committer that writes a garbage object, history-free could
+        in a whole pack, deletions of 18.7 s against 16.2.  That range
+        holds objects outside the batch, whose rows such a DELETE reads
+        and locks: history-preserving takes it for object_state, where no
+        committer holds a row it did not insert (see
+        HistoryPreservingPacker.delete_doomed); history-free, whose
+        committers lock their objects' rows of object_state at vote, does
+        not (with a committer that writes a garbage object it could
         deadlock).  Also measured there (2026-11-26), and not taken: for
         garbage, ``DELETE FROM object_state WHERE zoid IN (...)`` without a
         tid bound (equality ranges, which lock no row past their end)
@@ -206,23 +211,21 @@ class _MySQLPacker(Packer):
         250 pairs a statement and was planned as a table scan at 1,000."""
         cursor.execute(_PACK_BATCH)
         cursor.execute('DELETE FROM pack_batch')
-        for start in range(0, len(zoids), _REFS_PER_INSERT):
-            cursor.execute('INSERT INTO pack_batch (zoid) VALUES ' + ','.join(
-                '(%d)' % zoid for zoid in zoids[start:start + _REFS_PER_INSERT]))
+        for start in range(0, len(rows), _REFS_PER_INSERT):
+            cursor.execute(
+                'INSERT INTO pack_batch (zoid, below, gone) VALUES '
+                + ','.join('(%d,%d,%d)' % (zoid, below, bool(gone))
+                           for zoid, below, gone
+                           in rows[start:start + _REFS_PER_INSERT]))
 
     def delete_garbage(self, cursor, zoids, pack_tid):
         zoids = self.lock_garbage(cursor, zoids, pack_tid)
         if zoids:
-            self._batch(cursor, zoids)
+            self._batch(cursor, [(zoid, pack_tid + 1, True)
+                                 for zoid in zoids])
             for statement in self.garbage_statements():
-                cursor.execute(statement, (pack_tid,))
-        return len(zoids)
-
-    def delete_old_revisions(self, cursor, rows):
-        if rows:
-            self._batch(cursor, [zoid for zoid, _ in rows])
-            for statement in self.DELETE_OLD:
                 cursor.execute(statement)
+        return len(zoids)
 
     def reclaim_space(self, connmanager):
         conn = connmanager.connect()
@@ -244,21 +247,24 @@ class _MySQLPacker(Packer):
 #: The zoids of one deletion batch (see _MySQLPacker._batch).
 _PACK_BATCH = """
     CREATE TEMPORARY TABLE IF NOT EXISTS pack_batch (
-        zoid        BIGINT NOT NULL PRIMARY KEY
+        zoid        BIGINT NOT NULL PRIMARY KEY,
+        below       BIGINT NOT NULL,
+        gone        BOOLEAN NOT NULL
     ) ENGINE = MEMORY"""
 
-# Garbage: every revision up to the pack tid.  (pack_tid,)
-_DELETE_GARBAGE = """
+# The revisions of the batch's objects older than their bound: for garbage
+# every one up to the pack tid, for a kept object those older than the
+# kept one.
+_DELETE_BELOW = """
     DELETE o FROM pack_batch b
     STRAIGHT_JOIN {table} o ON o.zoid = b.zoid
-    WHERE o.tid <= %s"""
+    WHERE o.tid < b.below"""
 
-# Old revisions: older than each object's keep_tid.
-_DELETE_OLD = """
+# The JSON mirror keeps no old revisions: only garbage has rows to lose.
+_DELETE_MIRROR = """
     DELETE o FROM pack_batch b
-    STRAIGHT_JOIN pack_object p ON p.zoid = b.zoid
-    STRAIGHT_JOIN {table} o ON o.zoid = p.zoid
-    WHERE o.tid < p.keep_tid"""
+    STRAIGHT_JOIN object_json o ON o.zoid = b.zoid
+    WHERE b.gone AND o.tid < b.below"""
 
 
 class HistoryPreservingPacker(HistoryPreservingMixin, _MySQLPacker):
@@ -267,20 +273,66 @@ class HistoryPreservingPacker(HistoryPreservingMixin, _MySQLPacker):
         SELECT zoid FROM current_object
         WHERE zoid IN ({in_list})
         FOR UPDATE SKIP LOCKED"""
-    DELETE_MIRROR = _DELETE_GARBAGE.format(table='object_json')
-    DELETE_GARBAGE = tuple(_DELETE_GARBAGE.format(table=table) for table in (
-        'object_state', 'object_ref', 'object_blob')) + (
-        # The current revision, the newest, is at or before the pack tid:
-        # the statements before removed every revision, so the object is
-        # gone.  (Its row is locked since lock_garbage: no commit moved it
-        # meanwhile.  No join with object_state, whose rows committers
-        # write.)
+    DELETE_MIRROR = _DELETE_MIRROR
+    # object_state over the batch's key range, each row's bound looked up
+    # in pack_batch (see delete_doomed).  (first zoid, last zoid)
+    DELETE_STATE_RANGE = """
+        DELETE FROM object_state
+        WHERE zoid BETWEEN %s AND %s
+          AND tid < (SELECT b.below FROM pack_batch b
+                     WHERE b.zoid = object_state.zoid)"""
+    DELETE_STATE = _DELETE_BELOW.format(table='object_state')
+    DELETE_REST = tuple(_DELETE_BELOW.format(table=table) for table in (
+        'object_ref', 'object_blob')) + (
+        # A garbage object's current revision, the newest, is at or before
+        # the pack tid: the statements before removed every revision, so
+        # the object is gone.  (Its row is locked since lock_garbage: no
+        # commit moved it meanwhile.  No join with object_state, whose
+        # rows committers write.)
         """DELETE c FROM pack_batch b
            STRAIGHT_JOIN current_object c ON c.zoid = b.zoid
-           WHERE c.tid <= %s""",
+           WHERE b.gone AND c.tid < b.below""",
     )
-    DELETE_OLD = tuple(_DELETE_OLD.format(table=table) for table in (
-        'object_state', 'object_ref', 'object_blob'))
+    #: object_state goes over the batch's key range when the batch holds
+    #: at least one object in RANGE_SPAN of the zoids the range spans
+    #: (zoids are handed out in blocks, so that is about one object in
+    #: RANGE_SPAN); a sparser batch (a later pack with few objects
+    #: changed, all over the table) would read far more rows than it
+    #: removes, and joins instead.
+    RANGE_SPAN = 4
+
+    def delete_doomed(self, cursor, rows, pack_tid):
+        """Both kinds in one batch table: garbage (those lock_garbage
+        could lock) below the pack tid + 1, kept objects below their kept
+        revision.  object_state's rows go over the batch's key range
+        (``_batch`` says what that saves).  Such a DELETE reads and locks
+        every row of the range, other objects' too, and waits for those a
+        committer holds; here that is only the new revisions a committer
+        inserts in tpc_finish, after it took every lock it needs (its
+        objects' rows of current_object at vote, the commit row at
+        finish), so the wait is short and cannot close a circle; existing
+        revisions are never written or locked by committers."""
+        garbage = [zoid for zoid, _, gone in rows if gone]
+        locked = set(self.lock_garbage(cursor, garbage, pack_tid)
+                     if garbage else ())
+        batch = [(zoid, pack_tid + 1, True) if gone
+                 else (zoid, keep_tid, False)
+                 for zoid, keep_tid, gone in rows
+                 if not gone or zoid in locked]
+        if not batch:
+            return 0
+        self._batch(cursor, batch)
+        first, last = batch[0][0], batch[-1][0]
+        if last - first < self.RANGE_SPAN * len(batch):
+            cursor.execute(self.DELETE_STATE_RANGE, (first, last))
+        else:
+            cursor.execute(self.DELETE_STATE)
+        for statement in self.DELETE_REST:
+            cursor.execute(statement)
+        if self.mirror_in_use:
+            cursor.execute(self.DELETE_MIRROR)
+        return len(batch)
+
     FINISH = (
         """DELETE t FROM transaction_log t
            LEFT JOIN object_state o ON o.tid = t.tid
@@ -297,6 +349,6 @@ class HistoryFreePacker(HistoryFreeMixin, _MySQLPacker):
         SELECT zoid FROM object_state
         WHERE zoid IN ({in_list})
         FOR UPDATE SKIP LOCKED"""
-    DELETE_MIRROR = _DELETE_GARBAGE.format(table='object_json')
-    DELETE_GARBAGE = tuple(_DELETE_GARBAGE.format(table=table) for table in (
+    DELETE_MIRROR = _DELETE_MIRROR
+    DELETE_GARBAGE = tuple(_DELETE_BELOW.format(table=table) for table in (
         'object_state', 'object_ref', 'object_blob'))
