@@ -26,7 +26,8 @@ own interpreter:
    checked against the count the workload keeps.
 
 The rows of every table are counted after each step.  Targets: ours packs
-the first time at least 5 times as fast as RelStorage 4.3; our second pack
+the first time at least 5 times as fast as RelStorage 4.3 on PostgreSQL, 4
+times on MariaDB and MySQL; our second pack
 takes at most a fifth of our first; our writer's p99 during the pack is at
 most twice its p99 alone; our pack process peaks below 500 MB.
 
@@ -75,7 +76,10 @@ WORK = DATA / 'pack' / str(os.getpid())
 BACKENDS = ('postgresql', 'mysql')
 
 #: The project's targets.
-FIRST_PACK_SPEEDUP = 5.0     # RS 4.3's first pack time / ours, at least
+#: RS 4.3's first pack time / ours, at least, by backend (issue 37: 5 on
+#: PostgreSQL, 4 on MariaDB and MySQL, whose deletions cost InnoDB as
+#: much on both sides; docs/performance.rst).
+FIRST_PACK_SPEEDUP = {'postgresql': 5.0, 'mysql': 4.0}
 SECOND_OVER_FIRST = 0.2      # our second pack / our first, at most
 P99_GROWTH = 2.0             # writer p99 during the pack / alone, at most
 PEAK_RSS_MB = 500            # the pack process's peak RSS, below
@@ -537,6 +541,8 @@ def table(backend, mode, records, args):
         label = label.format(objects=args.objects, grow=args.grow)
         ratio = r / o if compare == 'time' and o and r else None
         verdict = ''
+        if target and isinstance(target[1], dict):
+            target = (target[0], target[1][backend])
         if target:
             ok = meets(target, o, ratio)
             if ok is not None:
