@@ -6,7 +6,9 @@ manual, "Optimizing IN and EXISTS Subquery Predicates with Semijoin
 Transformations"): the sub-query runs once per row of the table being
 deleted from.  So every delete here is a multi-table DELETE joined against
 the pack tables, or takes an IN list of constants (written out, as the
-object mover's are).  The pack runs READ COMMITTED (begin_write), so its deletes
+object mover's are), or (history-preserving object_state) is bounded to
+one batch's key range, where a sub-query per row is a key lookup in the
+batch's own small table.  The pack runs READ COMMITTED (begin_write), so its deletes
 take no gap locks that an insert of a new object could wait for.  The
 pack lock is a GET_LOCK named after the database, which the server
 releases when the pack's session ends; on a Galera node, which keeps
