@@ -79,6 +79,14 @@ class _Ender:
                 self._wake_at = deadline
                 self._ready.notify()
 
+    def again(self, instance):
+        """Look at ``instance`` again ``IDLE_END`` seconds from now (it was
+        busy), unless something is due for it already."""
+        with self._ready:
+            if id(instance) not in self._due:
+                self._due[id(instance)] = (time.monotonic() + IDLE_END,
+                                           weakref.ref(instance), None)
+
     def pending(self):
         """How many instances the thread will look at (for tests)."""
         with self._ready:

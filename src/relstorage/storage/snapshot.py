@@ -123,11 +123,14 @@ class SnapshotMethods:
                 return max(p64(self._snapshot_tid), self._ltid)
             self._snapshot_cursor()
             last = max(p64(self._snapshot_tid), self._ltid)
-            if (self._pool.bounded
-                    or self._adapter.connmanager.transaction_pooler):
-                # Nothing else reads from it (ZODB asks the root storage),
-                # and it would hold a connection, or a pooler's session.
-                self._leave_snapshot()
+            # Begun for this call alone: nothing reads from it (ZODB asks
+            # the root storage; zodbconvert's destination only commits).
+            # Kept open it would hold a connection or a pooler's session,
+            # and hold back VACUUM and InnoDB's purge for as long as the
+            # instance lives: a bulk copy's commits then slow down as the
+            # old versions of the rows they update pile up.  A load after
+            # this starts a snapshot of its own.
+            self._leave_snapshot()
             return last
 
     def _saw(self, tid):
@@ -213,8 +216,12 @@ class SnapshotMethods:
         statement carries it); with ``loads``, end the snapshot between
         transactions if it served no load since the count was ``loads``."""
         if not self._lock.acquire(blocking=False):
-            # Busy: a due ROLLBACK goes with its next statement, and a
-            # snapshot between transactions is being read.
+            # Busy: a snapshot between transactions is being read.  A due
+            # ROLLBACK goes with the load connection's next statement, if
+            # one comes: an instance that only commits (zodbconvert's
+            # destination) sends none there, so the thread looks again.
+            if loads is None:
+                idle.ender.again(self)
             return
         try:
             if self._closed:
