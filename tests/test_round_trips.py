@@ -394,17 +394,22 @@ def test_the_idle_thread_keeps_to_the_soonest_deadline():
     """The thread is woken only for a deadline sooner than the one it
     waits for, and ends each instance's snapshot on time: a short one given
     after a long one is not kept waiting behind it, and a deadline moved
-    later by a new call is not ended early."""
-    slow, quick, moved = _Nothing(), _Nothing(), _Nothing()
+    later by a new call is not ended early, unless the call keeps the
+    time set already."""
+    slow, quick, moved, kept = _Nothing(), _Nothing(), _Nothing(), (
+        _Nothing())
     start = time.monotonic()
     idle.ender.due(moved, 0.05)
+    idle.ender.due(kept, 0.05)
     idle.ender.due(slow, 2.0)
     idle.ender.due(quick, 0.1)
     idle.ender.due(moved, 0.6)         # later than at first
+    idle.ender.due(kept, 0.6, keep=True)
     deadline = start + 5
     while not quick.ended and time.monotonic() < deadline:
         time.sleep(0.005)
     assert quick.ended and time.monotonic() - start < 1.0
+    assert kept.ended
     assert not moved.ended and not slow.ended
     while not moved.ended and time.monotonic() < deadline:
         time.sleep(0.005)

@@ -61,13 +61,17 @@ class _Ender:
         # a commit, a tenth of zodbconvert's time on small transactions).
         self._wake_at = float('inf')
 
-    def due(self, instance, delay=None, loads=None):
+    def due(self, instance, delay=None, loads=None, keep=False):
         """``delay`` seconds from now (default ``IDLE_END``) call the
         instance's ``_end_idle_snapshot(loads)``: it ends a snapshot whose
         ROLLBACK is still due, or (``loads``: the instance's load count
-        now) a snapshot between transactions that served no load since."""
+        now) a snapshot between transactions that served no load since.
+        A new call puts the old one's time off, unless ``keep``: then a
+        time set already stays."""
         deadline = time.monotonic() + (IDLE_END if delay is None else delay)
         with self._ready:
+            if keep and id(instance) in self._due:
+                return
             self._due[id(instance)] = (deadline, weakref.ref(instance),
                                        loads)
             if self._thread is None:
@@ -78,14 +82,6 @@ class _Ender:
             if deadline < self._wake_at:
                 self._wake_at = deadline
                 self._ready.notify()
-
-    def again(self, instance):
-        """Look at ``instance`` again ``IDLE_END`` seconds from now (it was
-        busy), unless something is due for it already."""
-        with self._ready:
-            if id(instance) not in self._due:
-                self._due[id(instance)] = (time.monotonic() + IDLE_END,
-                                           weakref.ref(instance), None)
 
     def pending(self):
         """How many instances the thread will look at (for tests)."""

@@ -179,10 +179,14 @@ class SnapshotMethods:
     def _leave_snapshot(self, keep_adopted=False):
         """End the snapshot without waiting for its ROLLBACK: the next
         snapshot's start carries it, or the idle thread sends it
-        (relstorage.storage.idle)."""
+        (relstorage.storage.idle).  A ROLLBACK due already keeps the time
+        the thread was given for it: an instance that commits on without a
+        snapshot (zodbconvert's destination) would otherwise put it off at
+        each commit, for as long as it runs."""
+        was_due = self._rollback_due
         self._end_snapshot(now=False, keep_adopted=keep_adopted)
         if self._rollback_due:
-            idle.ender.due(self)
+            idle.ender.due(self, keep=was_due)
 
     def _take_commit_snapshot(self, after_tid, rows):
         """After a commit whose last round trip also began a snapshot on
@@ -220,8 +224,8 @@ class SnapshotMethods:
             # ROLLBACK goes with the load connection's next statement, if
             # one comes: an instance that only commits (zodbconvert's
             # destination) sends none there, so the thread looks again.
-            if loads is None:
-                idle.ender.again(self)
+            if loads is None or self._rollback_due:
+                idle.ender.due(self, keep=True)
             return
         try:
             if self._closed:
