@@ -260,6 +260,8 @@ def one_side(side, database, backend, mode, source, manifest, args):
 
 CACHE_READ = re.compile(r'(\d+) of (\d+) objects read back .* in '
                         r'([\d.]+)s')
+#: Ours, a large file: checked before the storage opens, read back after.
+CACHE_CHECKED = re.compile(r'checked in ([\d.]+)s')
 
 
 def cache_read(runs):
@@ -272,6 +274,15 @@ def cache_read(runs):
         return None
     return (max(int(m.group(1)) for m in found),
             max(float(m.group(3)) for m in found))
+
+
+def cache_checked(runs):
+    """Ours, a file read back in the background: the slowest check before
+    the storage opened; None where no run logged one."""
+    found = [CACHE_CHECKED.search(line) for r in runs
+             for line in r.get('cache_log', ())]
+    found = [float(m.group(1)) for m in found if m]
+    return max(found) if found else None
 
 
 def figures(record):
@@ -288,6 +299,13 @@ def figures(record):
     read = cache_read(record.get('cached_request') or [])
     if read:
         out['cache_entries_read'], out['cache_read_seconds'] = read
+    checked = cache_checked(record.get('cached_request') or [])
+    # What the storage's open waited for: the file's check, or (read back
+    # before the open) the whole read back.
+    out['cache_open_seconds'] = checked if checked is not None else (
+        read[1] if read else None)
+    if checked is not None:
+        out['cache_background'] = True
     if 'fill_cache' in record:
         out['cache_entries'] = record['fill_cache']['entries']
         out['cache_file_bytes'] = sum(record['fill_cache']['files'].values())
@@ -345,8 +363,10 @@ def table(backend, mode, records, baseline):
         row('cache entries in the file', 'cache_entries',
             lambda v: num(v, '', 0)),
         row('cache file', 'cache_file_bytes', gb),
-        row('cache read back and checked', 'cache_read_seconds',
+        row('cache file checked, storage opening', 'cache_open_seconds',
             lambda v: num(v, ' s', 2)),
+        row('cache read back (ours: in the background)',
+            'cache_read_seconds', lambda v: num(v, ' s', 2)),
         row('storage opened, with the file', 'cached_request_open',
             lambda v: num(v, ' s', 2)),
         row('first request with it, slowest', 'cached_request_max',
@@ -393,8 +413,8 @@ def table(backend, mode, records, baseline):
               CONVERT_RSS_MB, ' MB')
         check('first request', ours.get('first_request_max'),
               FIRST_REQUEST_S, ' s')
-        check('cache file read back and checked',
-              ours.get('cache_read_seconds'), CACHE_OPEN_S, ' s')
+        check('cache file opened and checked',
+              ours.get('cache_open_seconds'), CACHE_OPEN_S, ' s')
         check('first request with the cache file',
               ours.get('cached_request_max'), FIRST_REQUEST_S, ' s')
         for step in ('pack1', 'pack2'):
