@@ -43,8 +43,13 @@ SAMPLE_FROM = 10000
 #: A larger file is read back in the background (see above).
 BACKGROUND_BYTES = 64 * 2**20
 
-#: Entries put in per step of a read back in the background.
-STEP = 5000
+#: Entries put in per step of a read back in the background (about 3 ms
+#: under the cache's lock), and the seconds the thread waits before each
+#: step.  The wait lets the process's own threads in: without it the
+#: thread took the lock again as soon as it let it go, and a load waited
+#: for the whole read back.
+STEP = 2000
+PAUSE = 0.001
 
 
 def identity(storage):
@@ -188,7 +193,7 @@ class Warmer:
         cache = self._cache
         pos, left, restored = found.start, found.count, 0
         while left:
-            if self._stop.is_set():
+            if self._stop.wait(PAUSE):
                 return None
             if self.before_step is not None:
                 self.before_step()
