@@ -504,12 +504,36 @@ def main(argv=None):
         + (f'  Baseline: {args.baseline}.' if args.baseline else ''), '']
     show(lines)
     results, checks = {}, []
+
+    def write(tail, partial):
+        write_results(args.json, {
+            'environment': finish(env),
+            'settings': {k: getattr(args, k) for k in (
+                'cells', 'sides', 'objects', 'quick', 'seed',
+                'cache_entries', 'cache_mb', 'grow', 'writer_seconds',
+                'writer_pause', 'baseline')},
+            'source': {k: v for k, v in manifest.items() if k != 'samples'},
+            'results': results,
+            'summary': {b: {m: {impl: figures(r)
+                                for impl, r in records.items()}
+                            for m, records in modes.items()}
+                        for b, modes in results.items()},
+            'checks': checks,
+            'elapsed_seconds': time.monotonic() - started,
+            # Written after each side too: a run of hours that is stopped
+            # keeps what it measured.
+            'partial': partial,
+            'report': '\n'.join(lines + tail)})
+
     for backend, mode in args.cells:
         database = databases[backend]
-        records = {impl: one_side(Side(impl, backend, args), database,
-                                  backend, mode, source, manifest, args)
-                   for impl in IMPLS if impl in args.sides}
-        results.setdefault(backend, {})[mode] = records
+        records = results.setdefault(backend, {})[mode] = {}
+        for impl in IMPLS:
+            if impl in args.sides:
+                records[impl] = one_side(Side(impl, backend, args), database,
+                                         backend, mode, source, manifest,
+                                         args)
+                write([], True)
         text, found = table(backend, mode, records, baseline)
         checks += found
         show(text, lines)
@@ -520,20 +544,7 @@ def main(argv=None):
                for records in modes.values() for r in records.values()]
     tail = sources_warning(sources) + tail + run_time(started)
     show(tail)
-    write_results(args.json, {
-        'environment': finish(env),
-        'settings': {k: getattr(args, k) for k in (
-            'cells', 'sides', 'objects', 'quick', 'seed', 'cache_entries',
-            'cache_mb', 'grow', 'writer_seconds', 'writer_pause',
-            'baseline')},
-        'source': {k: v for k, v in manifest.items() if k != 'samples'},
-        'results': results,
-        'summary': {b: {m: {impl: figures(r) for impl, r in records.items()}
-                        for m, records in modes.items()}
-                    for b, modes in results.items()},
-        'checks': checks,
-        'elapsed_seconds': time.monotonic() - started,
-        'report': '\n'.join(lines + tail)})
+    write(tail, False)
     if not args.keep_data:
         for path in sorted(WORK.rglob('*'), reverse=True):
             path.rmdir() if path.is_dir() else path.unlink()
