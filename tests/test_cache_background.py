@@ -115,3 +115,24 @@ def test_a_storage_closed_while_it_reads_back_leaves_the_file(
     monkeypatch.setattr(persistentcache.Warmer, 'before_step', None)
     third = open_storage(cache_local_dir=directory)
     assert persistentcache.wait(third, 10) >= 20
+
+
+def test_a_cache_emptied_while_it_reads_back_gets_nothing_more(
+        open_storage, tmp_path, monkeypatch, background):
+    """The database went back in time (a backup restored) while the
+    thread ran: the storage empties its cache and starts its horizon
+    again, maybe past the thread's; the thread's file is of the database
+    before, so it puts nothing more in."""
+    directory = str(tmp_path / 'cache')
+    _written(open_storage, directory)
+
+    def before_step(warmer):
+        cache = warmer._cache
+        if len(cache) and not cache.emptied:
+            horizon = cache.horizon
+            cache.invalidate_all()
+            cache.set_horizon(horizon + 1000)
+    monkeypatch.setattr(persistentcache.Warmer, 'before_step', before_step)
+    again = open_storage(cache_local_dir=directory)
+    assert persistentcache.wait(again, 10) is None
+    assert again._cache.emptied == 1 and len(again._cache) == 0

@@ -6,8 +6,8 @@ opens (``relstorage.cache.persistent``) and the cache reads its records
 (:meth:`relstorage.cache.local.LocalCache.restore_file`).
 """
 import logging
-import os
 import mmap
+import os
 import struct
 import tempfile
 import zlib
@@ -143,6 +143,11 @@ def open_file(path, identity):
         return None
 
 
+#: How the file is mapped (None: read, where the system has no mmap).
+_MAP_FLAGS = (mmap.MAP_SHARED | getattr(mmap, 'MAP_POPULATE', 0)
+              if hasattr(mmap, 'MAP_SHARED') else None)
+
+
 def _contents(path):
     """The file's bytes: mapped where the system can (the page cache's
     own pages, populated at once: a file of a million entries, 785 MB,
@@ -157,10 +162,6 @@ def _contents(path):
             except (ValueError, OSError):
                 pass    # empty, or a file system that cannot map it
         return f.read()
-
-
-_MAP_FLAGS = (mmap.MAP_SHARED | getattr(mmap, 'MAP_POPULATE', 0)
-              if hasattr(mmap, 'MAP_SHARED') else None)
 
 
 def read_file(path, identity):

@@ -205,8 +205,7 @@ class LocalCache:
         self._protected_size = 0
         self._horizon = None
         self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
+        self.hits = self.misses = self.emptied = 0
         #: Called as ``replaced(oid, tid, entry)`` (under the cache's lock)
         #: when a newer revision replaces a cached one, so that a caller
         #: may keep the old state elsewhere (conflict resolution needs it);
@@ -227,12 +226,10 @@ class LocalCache:
             return {'hits': self.hits, 'misses': self.misses,
                     'count': len(self),
                     'size_bytes': self._size + self._tables(),
-                    'entry_bytes': self._size,
-                    'limit_bytes': self.limit_bytes,
+                    'entry_bytes': self._size, 'limit_bytes': self.limit_bytes,
                     'protected_bytes': self._protected_size,
                     'loop_watch_bytes': self.limit_bytes - self._entry_limit,
-                    'looping': self._looping(),
-                    'horizon': self._horizon}
+                    'looping': self._looping(), 'horizon': self._horizon}
 
     # Reading
 
@@ -379,8 +376,10 @@ class LocalCache:
             self._horizon = tid
 
     def invalidate_all(self):
-        """Drop every entry and forget the horizon (the counters remain)."""
+        """Drop every entry and forget the horizon (the counters remain;
+        ``emptied`` counts the calls)."""
         with self._lock:
+            self.emptied += 1
             self._entries.clear()
             self._probation.clear()
             self._protected.clear()

@@ -16,8 +16,9 @@ copies, fresh to the process).  The thread puts them in by ``STEP``, each
 step under the cache's lock; meanwhile the storage's instances load and
 poll as usual.  An entry goes in as current through the cache's horizon:
 before a step, when a poll moved the horizon on, the thread asks the
-database which objects changed up to there, and leaves those out.  The
-storage's close stops the thread; the file is then not rewritten unless
+database which objects changed up to there, and leaves those out; a
+cache emptied meanwhile (the database went back in time) gets nothing
+more from it.  The storage's close stops the thread; the file is then not rewritten unless
 it was read back whole (it stays as valid as it was).  A fork waits for
 the thread, whose lock the child could not take.
 """
@@ -191,6 +192,7 @@ class Warmer:
         from relstorage.cache.local import LAYOUT
         from relstorage.cache.warm import restore_step
         cache = self._cache
+        emptied = cache.emptied
         pos, left, restored = found.start, found.count, 0
         while left:
             if self._stop.wait(PAUSE):
@@ -199,9 +201,10 @@ class Warmer:
                 self.before_step()
             with cache._lock:
                 horizon = cache._horizon
-                if horizon is None or horizon < known:
-                    # Emptied: the database went back in time (its horizon
-                    # started at ``known``, in load()).
+                if (cache.emptied != emptied or horizon is None
+                        or horizon < known):
+                    # Emptied: the database went back in time (or another
+                    # took its place); the file is of the one before.
                     return None
                 if horizon == known:
                     count = min(left, STEP)
