@@ -18,9 +18,9 @@ poll as usual.  An entry goes in as current through the cache's horizon:
 before a step, when a poll moved the horizon on, the thread asks the
 database which objects changed up to there, and leaves those out; a
 cache emptied meanwhile (the database went back in time) gets nothing
-more from it.  The storage's close stops the thread; the file is then not rewritten unless
-it was read back whole (it stays as valid as it was).  A fork waits for
-the thread, whose lock the child could not take.
+more from it.  The storage's close stops the thread; the file is then
+not rewritten unless it was read back whole (it stays as valid as it
+was).  A fork waits for the thread, whose lock the child could not take.
 """
 import hashlib
 import logging
