@@ -164,6 +164,8 @@ class Warmer:
         self.restored = None
         #: How often a poll had moved the horizon on before a step.
         self.caught_up = 0
+        # The thread's connection, opened at its first catch-up.
+        self._conn = self._cursor = None
 
     def start(self):
         _running.add(self)
@@ -184,6 +186,9 @@ class Warmer:
             log.exception('%s: reading the local cache file %s back failed',
                           self._name, self._path)
         finally:
+            if self._conn is not None:
+                self._adapter.connmanager.close(self._conn, self._cursor)
+                self._conn = self._cursor = None
             _running.discard(self)
 
     def _fill(self, found, known, changed):
@@ -226,13 +231,17 @@ class Warmer:
         return restored
 
     def _changes(self, after, until):
+        """What changed in ``(after, until]``: a snapshot begun and ended
+        on the thread's one connection (a busy site's polls move the
+        horizon at nearly every step)."""
         cm = self._adapter.connmanager
-        conn, cursor = cm.open_load()
+        if self._conn is None:
+            self._conn, self._cursor = cm.open_load()
+        cm.begin_snapshot(self._conn, self._cursor)
         try:
-            cm.begin_snapshot(conn, cursor)
-            return self._adapter.poller.changes(cursor, after, until)
+            return self._adapter.poller.changes(self._cursor, after, until)
         finally:
-            cm.close(conn, cursor)
+            cm.rollback(self._conn, self._cursor)
 
     def stop(self):
         """Stop the thread and wait for it; whether the file was read back
