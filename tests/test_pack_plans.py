@@ -38,16 +38,17 @@ def _forget_statistics(storage):
         cm.close(conn, cursor)
 
 
-def _plans(storage, statements, params):
-    """The text of each statement's plan, as the batch's transaction
-    plans it (the packer's BATCH_PLAN first); nothing is run."""
-    packer = storage._adapter.packer
+def _plans(storage, statements, params, batch=True):
+    """The text of each statement's plan (nothing is run): with ``batch``,
+    as a deletion batch's transaction plans it (the packer's BATCH_PLAN
+    first), else as the pack's session plans a read of its own."""
     cm = storage._adapter.connmanager
     conn = cm.connect()
     cursor = conn.cursor()
     try:
-        cm.begin_write(cursor, 'packing')
-        cursor.execute(packer.BATCH_PLAN)
+        if batch:
+            cm.begin_write(cursor, 'packing')
+            cursor.execute(storage._adapter.packer.BATCH_PLAN)
         plans = []
         for statement in statements:
             cursor.execute('EXPLAIN ' + statement, params)
@@ -58,17 +59,25 @@ def _plans(storage, statements, params):
         cm.close(conn, cursor)
 
 
-@pytest.mark.parametrize('zoids', [20, 500, 5000])
-def test_postgresql_removes_garbage_by_key_without_statistics(
-        open_storage, backend, zoids):
+@pytest.fixture
+def unanalysed(open_storage, backend):
+    """A PostgreSQL storage holding a little history (400 mappings, half of
+    them garbage), its tables without statistics."""
     if not backend.name.startswith('postgresql'):
         pytest.skip('PostgreSQL plans')
     storage = open_storage()
     db = ZODB.DB(storage)
     _build(db, 400)
     _forget_statistics(storage)
-    statements = storage._adapter.packer.DELETE_GARBAGE
-    plans = _plans(storage, statements,
+    yield storage
+    db.close()
+
+
+@pytest.mark.parametrize('zoids', [20, 500, 5000])
+def test_postgresql_removes_garbage_by_key_without_statistics(
+        unanalysed, zoids):
+    statements = unanalysed._adapter.packer.DELETE_GARBAGE
+    plans = _plans(unanalysed, statements,
                    (list(range(1, 2 * zoids, 2)), 2**62))
     assert len(plans) == len(statements) >= 3
     for statement, plan in zip(statements, plans):
@@ -77,40 +86,14 @@ def test_postgresql_removes_garbage_by_key_without_statistics(
             statement, plan)
         # Each table's rows are reached through its primary key.
         assert '_pkey' in plan, (statement, plan)
-    db.close()
-
-
-def _read_plans(storage, statements, params):
-    """Each statement's plan as a read of the pack's session plans it
-    (no planner settings of its own)."""
-    cm = storage._adapter.connmanager
-    conn = cm.connect()
-    cursor = conn.cursor()
-    try:
-        plans = []
-        for statement in statements:
-            cursor.execute('EXPLAIN ' + statement, params)
-            plans.append('\n'.join(row[0] for row in cursor.fetchall()))
-        return plans
-    finally:
-        cm.rollback(conn, cursor)
-        cm.close(conn, cursor)
 
 
 @pytest.mark.parametrize('zoids', [20, 500])
 def test_postgresql_sweeps_blob_files_by_key_without_statistics(
-        open_storage, backend, zoids):
+        unanalysed, zoids):
     """After a pack, the blob directory's files are checked against the
     revisions of their objects, a few hundred objects at a time: by key."""
-    if not backend.name.startswith('postgresql'):
-        pytest.skip('PostgreSQL plans')
-    storage = open_storage()
-    db = ZODB.DB(storage)
-    _build(db, 400)
-    _forget_statistics(storage)
-    blobs = storage._adapter.blobs
-    [plan] = _read_plans(storage, [blobs.REVISIONS],
-                         (list(range(1, 2 * zoids, 2)),))
+    [plan] = _plans(unanalysed, [unanalysed._adapter.blobs.REVISIONS],
+                    (list(range(1, 2 * zoids, 2)),), batch=False)
     assert 'Seq Scan on object_state' not in plan, plan
     assert 'object_state_pkey' in plan, plan
-    db.close()
