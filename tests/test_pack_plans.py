@@ -9,6 +9,8 @@ every row meets: docs/performance.rst, "Ten million objects".)"""
 import pytest
 import ZODB
 
+from backends import query
+from backends import write
 from test_pack import _build
 
 #: Indexes on tid alone: a deletion by object that uses one reads them all.
@@ -19,23 +21,15 @@ def _forget_statistics(storage):
     """Make the tables look just filled: no column statistics, no row
     count from an earlier ANALYZE or VACUUM (the tests' role is a
     superuser)."""
-    cm = storage._adapter.connmanager
-    conn = cm.connect()
-    cursor = conn.cursor()
-    try:
-        cursor.execute("""
-            SELECT oid FROM pg_class
-            WHERE relname IN ('object_state', 'current_object', 'object_ref',
-                              'object_blob')
-              AND relnamespace = 'public'::regnamespace""")
-        tables = [row[0] for row in cursor.fetchall()]
-        cursor.execute('DELETE FROM pg_statistic WHERE starelid = ANY(%s)',
-                       (tables,))
-        cursor.execute('UPDATE pg_class SET reltuples = -1 '
-                       'WHERE oid = ANY(%s)', (tables,))
-        conn.commit()
-    finally:
-        cm.close(conn, cursor)
+    tables = [oid for (oid,) in query(storage, """
+        SELECT oid FROM pg_class
+        WHERE relname IN ('object_state', 'current_object', 'object_ref',
+                          'object_blob')
+          AND relnamespace = 'public'::regnamespace""")]
+    write(storage, 'DELETE FROM pg_statistic WHERE starelid = ANY(%s)',
+          (tables,))
+    write(storage, 'UPDATE pg_class SET reltuples = -1 WHERE oid = ANY(%s)',
+          (tables,))
 
 
 def _plans(storage, statements, params, batch=True):
