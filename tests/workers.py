@@ -375,9 +375,19 @@ def run_transfers(config_path, name, count, total, seed, pause='0',
                 if sum(view.values()) != total:
                     stats['torn'] += 1
                     if len(torn_examples) < TORN_EXAMPLES:
+                        # With what tells a stale object (a serial
+                        # before the view's changes) from one loaded
+                        # ahead of it (a serial after the poll).
+                        storage = conn._storage
                         torn_examples.append(dict(
                             transaction=i, sum=sum(view.values()),
-                            balances=view))
+                            balances=view,
+                            serials={n: int.from_bytes(
+                                accounts[n]._p_serial, 'big')
+                                for n in numbers},
+                            polled=getattr(storage, '_polled_tid', None),
+                            snapshot=getattr(storage, '_snapshot_tid',
+                                             None)))
                 serial = max(int.from_bytes(accounts[n]._p_serial, 'big')
                              for n in numbers)
                 if serial < newest[0]:
