@@ -103,17 +103,21 @@ def _explain_torn(example, transfers):
         balances[t['source']] -= t['amount']
         balances[t['target']] += t['amount']
         last[t['source']] = last[t['target']] = t['tid']
+    held = example.get('in_snapshot')
     odd = []
     for n in range(len(OPENING)):
         shown = example['balances'][str(n)]
         serial = example.get('serials', {}).get(str(n))
         if shown != balances[n] or (serial is not None and last[n]
                                     and serial != last[n]):
+            in_snapshot = (f', the snapshot holds {held.get(str(n))}'
+                           if isinstance(held, dict) else '')
             odd.append(f'account {n}: shown {shown} (serial {serial}), '
                        f'at the polled tid {balances[n]} (serial '
-                       f'{last[n] or "opening"})')
+                       f'{last[n] or "opening"}){in_snapshot}')
     return (f'transaction {example["transaction"]}, sum {example["sum"]}, '
-            f'polled {polled}, snapshot {example.get("snapshot")}: '
+            f'polled {polled}, snapshot {example.get("snapshot")}'
+            + (f' ({held})' if isinstance(held, str) else '') + ': '
             + ('; '.join(odd) or 'no account differs from the polled tid'))
 
 

@@ -313,6 +313,21 @@ def witnessed_amount(seen_source, seen_witness):
     return min(seen_source, 1 + seen_witness % MAX_AMOUNT)
 
 
+def _snapshot_tids(storage, objects):
+    """``{position: tid}`` of ``objects`` as the storage's open read
+    snapshot holds them (relstorage's internals, for a torn view's
+    report), or the error that prevented reading them."""
+    try:
+        if storage._snapshot_tid is None:
+            return 'no snapshot open'
+        oids = [int.from_bytes(o._p_oid, 'big') for o in objects]
+        current = storage._adapter.mover.current_tids(
+            storage._load_cursor, oids)
+        return {n: current.get(oid) for n, oid in enumerate(oids)}
+    except Exception as e:   # a report must not hide the torn view
+        return repr(e)
+
+
 def run_transfers(config_path, name, count, total, seed, pause='0',
                   begin='explicit'):
     import random
@@ -377,7 +392,8 @@ def run_transfers(config_path, name, count, total, seed, pause='0',
                     if len(torn_examples) < TORN_EXAMPLES:
                         # With what tells a stale object (a serial
                         # before the view's changes) from one loaded
-                        # ahead of it (a serial after the poll).
+                        # ahead of it (a serial after the poll), and
+                        # what the snapshot itself holds.
                         storage = conn._storage
                         torn_examples.append(dict(
                             transaction=i, sum=sum(view.values()),
@@ -387,7 +403,9 @@ def run_transfers(config_path, name, count, total, seed, pause='0',
                                 for n in numbers},
                             polled=getattr(storage, '_polled_tid', None),
                             snapshot=getattr(storage, '_snapshot_tid',
-                                             None)))
+                                             None),
+                            in_snapshot=_snapshot_tids(
+                                storage, [accounts[n] for n in numbers])))
                 serial = max(int.from_bytes(accounts[n]._p_serial, 'big')
                              for n in numbers)
                 if serial < newest[0]:
