@@ -43,8 +43,9 @@ first page at most 2 s, with the persistent cache too, and the cache file
 opened and checked in at most 2 s (the open's wait: ours reads a large
 file's entries back after it, and that time is reported beside); each
 pack's peak RSS at most 500 MB, and, with ``--baseline`` (the results of
-a run at one million objects), each pack's time per row at most 1.5
-times that run's.  RelStorage 4.3
+a run at one million objects, on the same machine: machines differ
+between sessions), each pack's time per row at most 1.5 times that
+run's.  RelStorage 4.3
 (``--sides ours,ref``) runs the same steps, at one million objects where
 ten would take too long.  See README.rst.
 """
