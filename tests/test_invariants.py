@@ -95,13 +95,10 @@ def _explain_torn(example, transfers):
     account that disagrees with the state at the polled tid, what it
     showed and what it should have."""
     polled = example.get('polled')
-    balances = list(OPENING)
+    seen = [t for t in transfers if polled is None or t['tid'] <= polled]
+    balances, _ = _replay(OPENING, seen)
     last = [0] * len(OPENING)
-    for t in transfers:
-        if polled is not None and t['tid'] > polled:
-            break
-        balances[t['source']] -= t['amount']
-        balances[t['target']] += t['amount']
+    for t in seen:
         last[t['source']] = last[t['target']] = t['tid']
     held = example.get('in_snapshot')
     odd = []
