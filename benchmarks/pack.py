@@ -185,24 +185,32 @@ class ServerSampler:
                                         name='server sampler')
         self._thread.start()
 
+    def _sample(self):
+        """One sample; False once sampling must stop."""
+        at = time.time()
+        try:
+            sample = self.database.activity(self.name)
+        except Exception as e:  # the figures are a help, not a step
+            self.error = f'{type(e).__name__}: {e}'
+            return False
+        if sample is None:
+            return False
+        self.samples.append([utc(at), sample])
+        return True
+
     def _run(self):
-        while True:
-            at = time.time()
-            try:
-                sample = self.database.activity(self.name)
-            except Exception as e:  # the figures are a help, not a step
-                self.error = f'{type(e).__name__}: {e}'
-                return
-            if sample is None:
-                return
-            self.samples.append([utc(at), sample])
+        while self._sample():
             if self._stop.wait(SAMPLE_EVERY):
                 return
 
     def stop(self):
-        """``{'samples': [[utc, activity], ...], 'summary': {...}}``."""
+        """``{'samples': [[utc, activity], ...], 'summary': {...}}``,
+        with a last sample taken now, so that the summary spans all of
+        what was sampled, however short."""
         self._stop.set()
         self._thread.join()
+        if self.samples and self.error is None:
+            self._sample()
         out = {'samples': self.samples,
                'summary': activity_summary(self.samples)}
         if self.error:

@@ -49,6 +49,7 @@ run's.  RelStorage 4.3
 (``--sides ours,ref``) runs the same steps, at one million objects where
 ten would take too long.  See README.rst.
 """
+import json
 import os
 import re
 import sys
@@ -150,6 +151,7 @@ def one_side(side, database, backend, mode, source, manifest, args):
             f'cache-local-mb {args.cache_mb}']))
     where = f'{TITLES[backend]} {mode} {side.label}'
     record = {'database': name, 'sizes': {},
+              'server_settings': database.settings(),
               'src': src_digest() if side.impl == 'ours' else None}
     timeout = args.timeout
 
@@ -169,11 +171,14 @@ def one_side(side, database, backend, mode, source, manifest, args):
         rows = count_rows(database, backend, name)
         record['rows'][f'before_{step}'] = rows
         writer = pack.Writer(side, config, f'{tag}-{step}', args, WORK)
-        out = None
+        out = sampler = None
         try:
             writer.wait_ready()
+            sampler = pack.ServerSampler(database, name)
             out = side.pack(config, -1, WORK / f'{tag}-{step}.log', timeout)
         finally:
+            if sampler is not None:
+                record[f'server_{step}'] = sampler.stop()
             try:
                 record[f'writer_{step}'] = writer.stop()
             except WorkloadFailed as e:
@@ -188,6 +193,9 @@ def one_side(side, database, backend, mode, source, manifest, args):
         log(f'{where}: {step} {out["seconds"]:.1f}s '
             f'({out["us_per_row"]:.1f} us per row), peak RSS '
             f'{out["peak_rss_mb"]:.0f} MB')
+        summary = record.get(f'server_{step}', {}).get('summary')
+        if summary:
+            log(f'{where}: the server during {step}: {json.dumps(summary)}')
 
     step = 'create'
     database.create(name)

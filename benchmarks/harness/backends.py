@@ -141,6 +141,14 @@ class PostgreSQL:
             checkpoints, written_checkpoint, written_backend = cur.fetchone()
             cur.execute('SELECT wal_bytes, wal_fpi FROM pg_stat_wal')
             wal_bytes, wal_fpi = cur.fetchone()
+            # Blocks found in shared_buffers against those read into them
+            # (from the operating system's cache or the disk), and what
+            # sorts and hashes spilled to temporary files, in database
+            # ``name``: all clients', the pack's most of all.
+            cur.execute('SELECT blks_hit, blks_read, temp_bytes '
+                        'FROM pg_stat_database '
+                        'WHERE datname = current_database()')
+            hit, read, temp_bytes = cur.fetchone()
             # The checkpointer waits on CheckpointerMain between
             # checkpoints; writing one, on CheckpointWriteDelay or nothing.
             cur.execute("SELECT COALESCE(wait_event, '') FROM "
@@ -157,7 +165,10 @@ class PostgreSQL:
                     'buffers_checkpoint': written_checkpoint,
                     'buffers_backend': written_backend,
                     'wal_mb': round(float(wal_bytes) / 2**20, 1),
-                    'wal_fpi': wal_fpi, 'vacuum': vacuums}
+                    'wal_fpi': wal_fpi, 'blocks_hit': hit,
+                    'blocks_read': read,
+                    'temp_mb': round(float(temp_bytes) / 2**20, 1),
+                    'vacuum': vacuums}
 
     def dead_rows(self, name):
         """The dead row versions in database ``name`` that (auto)vacuum
