@@ -85,6 +85,7 @@ class Node:
         self.proc = None
         #: Where the log of the node's last start begins.
         self.log_start = 0
+        self.recovered = None   # the position start() recovered
 
     @property
     def address(self):
@@ -241,7 +242,8 @@ class GaleraCluster:
         rejoins (an IST from a donor's gcache) and is Synced with all the
         nodes when this returns."""
         node = self.node(n)
-        self._launch(node, position=self._recover(node))
+        node.recovered = self._recover(node)
+        self._launch(node, position=node.recovered)
         self.wait_synced(n, cluster_size=len(self.node_list))
 
     def transfer(self, n):
@@ -259,6 +261,24 @@ class GaleraCluster:
             if f'{kind} completed on joiner' in text:
                 return kind
         return None
+
+    def why_transfer(self, n, limit=40):
+        """What node ``n``'s log says of its state transfer at its last
+        start, and the position its recovery found: for the message of a
+        test that expected an IST and saw an SST, since the cluster's
+        files are gone once the test ends."""
+        node = self.node(n)
+        try:
+            with open(node.log, encoding='utf-8', errors='replace') as f:
+                f.seek(node.log_start)
+                lines = f.read().splitlines()
+        except OSError:
+            return '(no log)'
+        words = ('IST', 'SST', 'gcache', 'seqno', 'position', 'donor',
+                 'state transfer', 'ERROR')
+        said = [line for line in lines if any(w in line for w in words)]
+        return (f'recovered position: {node.recovered}\n'
+                + '\n'.join(said[-limit:]))
 
     def stop(self, n, timeout=60):
         """A clean shutdown of node ``n`` (SIGTERM; SIGKILL after

@@ -162,7 +162,7 @@ def test_writes_reach_every_node_and_a_restarted_node_catches_up(
     cluster.sql(1, f'INSERT INTO {galera_db}.t VALUES (2, 20)')
     cluster.sql(2, f'UPDATE {galera_db}.t SET v = 11 WHERE id = 1')
     cluster.start(3)
-    assert cluster.transfer(3) == 'IST'
+    assert cluster.transfer(3) == 'IST', cluster.why_transfer(3)
     assert cluster.sql(3, f'SELECT id, v FROM {galera_db}.t ORDER BY id',
                        sync=True) == ((1, 11), (2, 20))
     assert cluster.status(3, 'cluster_size') == {'cluster_size': '3'}
@@ -601,7 +601,7 @@ def test_a_killed_node(cluster, galera_db, keep_history, tmp_path):
     finally:
         if cluster.node(1).proc is None:
             cluster.start(1)
-    assert report['transfer'] == 'IST'
+    assert report['transfer'] == 'IST', cluster.why_transfer(1)
     _check(report)
     acked = sum(report['acked'])
     # They went on after the kill: most increments were acknowledged.
