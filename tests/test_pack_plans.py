@@ -91,3 +91,28 @@ def test_postgresql_sweeps_blob_files_by_key_without_statistics(
                     (list(range(1, 2 * zoids, 2)),), batch=False)
     assert 'Seq Scan on object_state' not in plan, plan
     assert 'object_state_pkey' in plan, plan
+
+
+@pytest.mark.parametrize('limit', [10, 2000])
+def test_postgresql_catches_up_through_the_tid_index_without_statistics(
+        unanalysed, limit):
+    """The references' catch-up reads the revisions of one tid after a
+    zoid, a page in zoid order, while the pack goes on (every few seconds
+    in the deletions).  Without statistics the planner takes ``tid = X``
+    for 0.5 % of the rows and, once that is more than the page, walked
+    the primary key from the zoid on, filtering on the tid: at 10,000,000
+    objects 1.0 s a call in parallel workers, for a row or two, and the
+    writers it slowed kept the pack's throttle pausing.  The rows of the
+    tid come first, through the index on tid.  (200,000 more rows make
+    the table large enough for the walk to be the planner's choice.)"""
+    packer = unanalysed._adapter.packer
+    table = 'current_object' if packer.keep_history else 'object_state'
+    columns, values = (('zoid, tid', 'g, g') if packer.keep_history
+                       else ('zoid, tid, state_size', 'g, g, 0'))
+    write(unanalysed, f'INSERT INTO {table} ({columns}) '
+          f'SELECT {values} FROM generate_series(1000000, 1199999) g')
+    _forget_statistics(unanalysed)
+    [plan] = _plans(unanalysed, [packer._sql(packer.TAIL_SAME)],
+                    (1100000, 0, limit), batch=False)
+    assert f'{table}_tid' in plan, plan
+    assert f'Index Scan using {table}_pkey on {table}' not in plan, plan
