@@ -300,12 +300,14 @@ _DELETE_GARBAGE = tuple(f"""
 # takes ``tid = %s`` for 0.5 % of the rows and so walks the primary key
 # from the zoid on, filtering on the tid, to find its page in zoid order:
 # a cost that grows with the table.  At 10,000,000 objects each call read
-# 576,000 buffers, 1.0 s (a parallel index scan), for the one or two rows
-# a writer's commit leaves at a tid, and the pass by page, which catches
-# up before each batch, went at 365 pages a second against 9,000 at a
-# million.  In a subquery the planner keeps (OFFSET 0) the rows of the
-# tid are found first, through the index on tid, then sorted: 0.3 ms
-# (EXPLAIN ANALYZE on that database, 2026-12-02; docs/performance.rst).
+# 576,000 buffers, 1.0 s (a parallel index scan), for the few rows a
+# writer's commit leaves at a tid, or none; the pass by page, which
+# catches up every few seconds (deletion.CATCH_UP_EVERY), went in bursts,
+# 365 pages a second on average against 9,000 at a million, most likely
+# because those reads slowed the writers the throttle waits for.  In a
+# subquery the planner keeps (OFFSET 0) the rows of the tid are found
+# first, through the index on tid, then sorted: 0.3 ms (EXPLAIN ANALYZE
+# on that database, 2026-12-02; docs/performance.rst).
 _TAIL_SAME = """
         SELECT {columns} FROM (
             SELECT {columns} FROM {table}
