@@ -250,34 +250,37 @@ class GaleraCluster:
         """How node ``n`` got its state at its last start: ``'IST'`` (the
         writes it missed), ``'SST'`` (a copy of a donor's data
         directory), or None (it needed neither, or the log does not say)."""
-        node = self.node(n)
-        try:
-            with open(node.log, encoding='utf-8', errors='replace') as f:
-                f.seek(node.log_start)
-                text = f.read()
-        except OSError:
+        text = self._log_since_start(n)
+        if text is None:
             return None
         for kind in ('IST', 'SST'):
             if f'{kind} completed on joiner' in text:
                 return kind
         return None
 
+    def _log_since_start(self, n):
+        """Node ``n``'s log from its last start on, or None."""
+        node = self.node(n)
+        try:
+            with open(node.log, encoding='utf-8', errors='replace') as f:
+                f.seek(node.log_start)
+                return f.read()
+        except OSError:
+            return None
+
     def why_transfer(self, n, limit=40):
         """What node ``n``'s log says of its state transfer at its last
         start, and the position its recovery found: for the message of a
         test that expected an IST and saw an SST, since the cluster's
         files are gone once the test ends."""
-        node = self.node(n)
-        try:
-            with open(node.log, encoding='utf-8', errors='replace') as f:
-                f.seek(node.log_start)
-                lines = f.read().splitlines()
-        except OSError:
+        text = self._log_since_start(n)
+        if text is None:
             return '(no log)'
+        lines = text.splitlines()
         words = ('IST', 'SST', 'gcache', 'seqno', 'position', 'donor',
                  'state transfer', 'ERROR')
         said = [line for line in lines if any(w in line for w in words)]
-        return (f'recovered position: {node.recovered}\n'
+        return (f'recovered position: {self.node(n).recovered}\n'
                 + '\n'.join(said[-limit:]))
 
     def stop(self, n, timeout=60):
