@@ -375,7 +375,10 @@ def test_zodb_does_not_hang_on_a_server_that_stopped_answering(
         blocked = threading.Thread(
             target=lambda: stuck.root()['x']['v'], daemon=True)
         blocked.start()
-        time.sleep(0.2)
+        # Long enough for the idle thread (relstorage.storage.idle) to end
+        # the snapshots the idle Connections' polls opened: its ROLLBACKs
+        # wait for the frozen server too, holding those instances.
+        time.sleep(idle.IDLE_BETWEEN + 0.3)
         assert blocked.is_alive()
         instances = [c._storage for c in db.pool.all]
 
@@ -423,3 +426,34 @@ def test_zodb_does_not_hang_on_a_server_that_stopped_answering(
         relay.thaw()
         blocked.join(10)
         db.close()
+
+
+@pytest.mark.parametrize('bound', [0, 3])
+def test_close_and_release_leave_the_idle_threads_rollback_to_it(
+        frozen_relay, bound):
+    """The idle thread's ROLLBACK waits for a server that stopped answering,
+    holding the instance: ending the transaction and releasing the instance
+    return at once, and happen when the server answers again."""
+    relay, open_ = frozen_relay
+    root = open_(max_connections=bound, max_connections_wait=1)
+    instance = root.new_instance()
+    # ZODB's poll at the end of a transaction: a snapshot between
+    # transactions, which the idle thread ends once unused.
+    instance.sync(False)
+    instance.poll_invalidations()
+    assert root._pool.stats()['busy'] == 1
+    relay.freeze()
+    time.sleep(idle.IDLE_BETWEEN + 0.3)
+    # The idle thread is inside, waiting for the server.
+    assert instance._ender_inside
+    _within(2, instance.afterCompletion)
+    assert not _within(2, instance.release).get('error')
+    assert instance._closed
+    assert root._pool.stats()['busy'] == 1
+    relay.thaw()
+    deadline = time.monotonic() + 10
+    while root._pool.stats()['busy'] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert root._pool.stats()['busy'] == 0
+    assert instance._released and instance._load_conn is None
+    assert instance._left == []

@@ -162,6 +162,10 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods,
         self._lock = threading.RLock()
         self._commit_done = threading.Condition(self._lock)
         self._closed = False
+        self._released = False
+        # Left to the idle thread while it holds the lock (snapshot.py).
+        self._left = []
+        self._ender_inside = False
         # In tryToResolveConflict: loadSerial may answer from memory.
         self._resolving = False
         # The read snapshot.
@@ -251,14 +255,8 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods,
         if self._closed:
             raise POSException.StorageError(f'{self._name} is closed')
 
-    # -- IMVCCStorage (poll_invalidations, sync, afterCompletion: see
-    # snapshot.py) -----------------------------------------------------
-
-    def release(self):
-        with self._lock:
-            self._close_connections()
-            self._closed = True
-        self._metrics.release(self._counters)
+    # -- IMVCCStorage (poll_invalidations, sync, afterCompletion, release:
+    # see snapshot.py) ------------------------------------------------
 
     def __del__(self):
         # An instance dropped without release() (a ZODB Connection that was

@@ -227,6 +227,7 @@ class SnapshotMethods:
             if loads is None or self._rollback_due:
                 idle.ender.due(self, keep=True)
             return
+        self._ender_inside = True
         try:
             if self._closed:
                 return
@@ -257,7 +258,56 @@ class SnapshotMethods:
             except Exception:
                 self._load_conn = self._load_cursor = None
         finally:
+            self._ender_inside = False
+            try:
+                self._run_left()
+            except Exception as e:
+                log.warning('%s: %s', self._name, e)
+            finally:
+                self._lock.release()
+
+    # -- what must not wait for the idle thread --------------------------
+    #
+    # The idle thread sends its ROLLBACKs holding the instance's lock, and
+    # a server that stopped answering keeps it there.  The instance's own
+    # next statement would wait for that server anyway; but ``release``
+    # (called by ZODB under its database's lock: every db.open of the
+    # process would wait) and ``afterCompletion`` (a Connection's close)
+    # need no answer from it.  What they do is then left to the idle
+    # thread, which does it under the lock before it lets go, in the order
+    # the instance's users would have: nothing else takes the lock between.
+
+    def _unless_idle_thread(self, action):
+        """``action()`` under the lock, or, while the idle thread holds it,
+        by that thread as it lets go."""
+        if not self._lock.acquire(blocking=False):
+            self._left.append(action)
+            while True:
+                if self._ender_inside:
+                    return      # read after the append: it runs the action
+                if self._lock.acquire(timeout=0.05):
+                    break
+            action = self._run_left
+        try:
+            action()
+        finally:
             self._lock.release()
+
+    def _run_left(self):
+        while self._left:
+            self._left.pop(0)()
+
+    def release(self):
+        # Closed to its users now, its connections as soon as no ROLLBACK
+        # of the idle thread's is waiting for the server on them.
+        self._closed = True
+        self._unless_idle_thread(self._release_connections)
+
+    def _release_connections(self):
+        if not self._released:
+            self._released = True
+            self._close_connections()
+            self._metrics.release(self._counters)
 
     def _drop_gone_load(self):
         """Drop a load connection the database dropped; the idle ones of
@@ -376,6 +426,6 @@ class SnapshotMethods:
         # End the read transaction so that no database session sits idle
         # inside one while the application does something else: without
         # waiting, for ZODB usually polls right after (relstorage.storage.idle).
-        with self._lock:
-            # (Not the snapshot a commit began for that poll.)
-            self._leave_snapshot(keep_adopted=True)
+        # (Not the snapshot a commit began for that poll.)
+        self._unless_idle_thread(
+            lambda: self._leave_snapshot(keep_adopted=True))
