@@ -13,7 +13,9 @@ transaction, holding back what PostgreSQL's VACUUM and InnoDB's purge may
 remove.  One daemon thread per process ends such snapshots ``IDLE_END``
 seconds after they were left: it sends the due ROLLBACK itself, unless the
 storage instance is busy at that moment (then the instance's own next
-statement carries it).
+statement carries it).  It holds the instance's lock meanwhile; a close
+or release of the instance then leaves its work to the thread rather
+than wait for a server that may have stopped answering (``snapshot.py``).
 
 The poll ZODB makes at the end of a transaction (implicit transactions)
 opens a snapshot too, for an application that reads on without
