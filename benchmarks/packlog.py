@@ -32,6 +32,9 @@ import json
 import re
 import sys
 from datetime import datetime
+from datetime import timezone
+
+from pack import activity_summary
 
 STAMP = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ')
 SECONDS = r'([\d,]+) in ([\d.]+)s'
@@ -136,6 +139,9 @@ def _seconds_of_day(text):
 
 
 def _day_seconds(at):
+    """Seconds into the UTC day of a log's time (the machine's local
+    time), as the samples give theirs (pack.utc)."""
+    at = at.astimezone(timezone.utc)
     return (at.hour * 3600 + at.minute * 60 + at.second
             + at.microsecond / 1e6)
 
@@ -155,8 +161,8 @@ def _sample_lists(node):
 
 def server_figures(path, spans):
     """``{figure: value}``: the counters over each phase's span, from
-    the samples of ``path`` that span the pack (times of day, as both
-    the logs and the samples give them, on one machine)."""
+    the samples of ``path`` that span the pack (the logs and the samples
+    written on one machine, their times of day compared in UTC)."""
     with open(path, encoding='utf-8') as f:
         results = json.load(f)
     start, end = (_day_seconds(t) for t in spans['pack'])
@@ -177,14 +183,10 @@ def server_figures(path, spans):
         i = max([k for k, t in enumerate(times) if t <= a] or [0])
         j = min([k for k, t in enumerate(times) if t >= b]
                 or [len(times) - 1])
+        summary = activity_summary(samples[i:j + 1])
         for counter in COUNTERS:
-            before, after = samples[i][1].get(counter), samples[j][1].get(
-                counter)
-            if isinstance(before, (int, float)) and isinstance(
-                    after, (int, float)):
-                value = after - before
-                out[f'{phase}: {counter}'] = (
-                    round(value, 1) if isinstance(value, float) else value)
+            if counter in summary:
+                out[f'{phase}: {counter}'] = summary[counter]
     return out
 
 
