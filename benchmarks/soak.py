@@ -120,6 +120,7 @@ class Sampler:
                 sample['size'] = int(self._value(cursor, self._size))
                 sample.update(self._gauges(cursor))
                 sample['server_cpu_s'] = self._server_cpu()
+                sample['machine_busy_s'] = machine_busy()
             self.samples.append(sample)
             turn += 1
             self._stop.wait(0.5)
@@ -174,6 +175,15 @@ def percentile(histogram, fraction):
         if seen >= wanted:
             return FLOOR * STEP ** index
     return FLOOR * STEP ** (len(histogram) - 1)
+
+
+def machine_busy():
+    """CPU seconds the whole machine has been busy (all CPUs, Linux's
+    /proc/stat: what is neither idle nor waiting for I/O)."""
+    ticks = [int(field) for field in
+             Path('/proc/stat').read_text().split('\n', 1)[0].split()[1:9]]
+    busy = sum(ticks) - ticks[3] - ticks[4]
+    return round(busy / os.sysconf('SC_CLK_TCK'), 2)
 
 
 def windows_of(paths, samples, start, window):
@@ -238,12 +248,25 @@ def windows_of(paths, samples, start, window):
             'size': sized[-1]['size'] if sized else None,
             'client_cpu_s': sum(v or 0 for v in entry['cpu_s'].values()),
             'server_cpu_s': sized[-1].get('server_cpu_s') if sized else None,
+            'machine_busy_s': (sized[-1].get('machine_busy_s')
+                               if sized else None),
             'storage': entry['storage'],
         })
     # CPU per request within each window, the client's (all workers) and
     # the server's: which side a change in throughput comes from.
-    client, server, before = 0.0, None, {}
+    client, server, machine, before = 0.0, None, None, {}
     for w in out:
+        # What the rest of the machine used meanwhile (this harness, and
+        # anything else running): the check that the run had it alone.
+        if None not in (w['machine_busy_s'], machine, w['server_cpu_s'],
+                        server):
+            w['other_cpu_s'] = round(
+                (w['machine_busy_s'] - machine)
+                - (w['client_cpu_s'] - client)
+                - (w['server_cpu_s'] - server), 1)
+        else:
+            w['other_cpu_s'] = None
+        machine = w['machine_busy_s']
         # The storage's counters (all workers) within the window.
         now = w.pop('storage')
         w['storage'] = {key: round(value - before.get(key, 0), 3)
@@ -404,6 +427,8 @@ def main(argv=None):
              str(w['server'].get('checkpoint_age_mb', '-')),
              f"{w['client_cpu_ms']:.2f}",
              f"{w['server_cpu_ms']:.2f}" if w['server_cpu_ms'] else '-',
+             f"{w['other_cpu_s']:.1f}" if w.get('other_cpu_s') is not None
+             else '-',
              f"{w['storage']['cache_misses'] / w['requests']:.2f}"
              if 'cache_misses' in w['storage'] and w['requests'] else '-')
             for w in windows]
@@ -414,7 +439,7 @@ def main(argv=None):
         ('#', 'window', 'req/s', 'conflicts', 'p50 ms', 'p99 ms',
          'RSS MB (each worker)', 'sessions', 'idle in txn s', 'size MB',
          'purge backlog', 'checkpoint MB', 'client CPU ms/req',
-         'server CPU ms/req', 'cache misses/req'),
+         'server CPU ms/req', 'other CPU s', 'cache misses/req'),
         rows) + [''] + conflict_story(windows) + [
         f"{ {True: 'ok  ', False: 'MISS', None: 'n/a '}[ok]} {what}: "
         f'{detail}' for what, ok, detail in results]
