@@ -457,3 +457,40 @@ def test_close_and_release_leave_the_idle_threads_rollback_to_it(
     assert root._pool.stats()['busy'] == 0
     assert instance._released and instance._load_conn is None
     assert instance._left == []
+
+
+def test_a_server_that_stopped_answering_holds_up_no_other_storage(
+        frozen_relay, backend, database, keep_history):
+    """The idle thread's ROLLBACK to a server that stopped answering waits
+    (until TCP gives up); the snapshot another storage of the process left
+    on a server that answers is ended all the same, not left idle inside
+    its transaction meanwhile (what VACUUM and InnoDB's purge wait for)."""
+    relay, open_ = frozen_relay
+    frozen = open_().new_instance()
+    other_root = backend.open(database, keep_history=keep_history)
+    other = other_root.new_instance()
+    try:
+        # ZODB's polls at the end of a transaction, in both: snapshots
+        # between transactions that the idle thread ends once unused, the
+        # frozen server's first.
+        frozen.sync(False)
+        frozen.poll_invalidations()
+        relay.freeze()
+        other.sync(False)
+        other.poll_invalidations()
+        assert other._snapshot_tid is not None
+        deadline = time.monotonic() + idle.IDLE_BETWEEN + idle.STUCK + 5
+        while (other._snapshot_tid is not None
+               and time.monotonic() < deadline):
+            time.sleep(0.02)
+        # Ended, and the frozen storage's ROLLBACK still waiting.
+        assert other._snapshot_tid is None and not other._rollback_due
+        assert frozen._ender_inside
+    finally:
+        relay.thaw()
+        deadline = time.monotonic() + 10
+        while frozen._ender_inside and time.monotonic() < deadline:
+            time.sleep(0.05)
+        frozen.release()
+        other.release()
+        other_root.close()

@@ -7,6 +7,7 @@ numbers come from, with RelStorage 4.3's and the floor.
 """
 import importlib.util
 import os
+import threading
 import time
 
 import pytest
@@ -418,6 +419,82 @@ def test_the_idle_thread_keeps_to_the_soonest_deadline():
     while not slow.ended and time.monotonic() < deadline:
         time.sleep(0.01)
     assert slow.ended and time.monotonic() - start >= 2.0
+
+
+def test_the_idle_thread_goes_on_past_an_instance_stuck_in_its_call(
+        monkeypatch):
+    """A call that waits (a ROLLBACK to a server that stopped answering)
+    holds up no other instance: once it has taken ``STUCK`` seconds,
+    another worker ends what is due, with no further call of ``due`` to
+    set it going; the extra worker ends when it has had nothing to do for
+    ``WORKER_IDLE`` seconds, and a quick call starts none."""
+    monkeypatch.setattr(idle, 'STUCK', 0.3)
+    monkeypatch.setattr(idle, 'WORKER_IDLE', 0.3)
+    ender = idle._Ender()
+    first = _Nothing()
+    ender.due(first, 0)
+    _wait_for(lambda: first.ended)
+    assert ender.workers() == 1
+    stuck, after, later = _Stuck(), _Nothing(), _Nothing()
+    start = time.monotonic()
+    ender.due(stuck, 0)
+    ender.due(after, 0.05)
+    assert stuck.inside.wait(5)
+    _wait_for(lambda: after.ended)
+    assert time.monotonic() - start >= 0.3
+    assert ender.workers() == 2
+    # Another call inside the stuck one's time: the free worker takes it.
+    ender.due(later, 0)
+    _wait_for(lambda: later.ended)
+    assert ender.workers() == 2
+    stuck.go_on.set()
+    _wait_for(lambda: stuck.ended)
+    # Both free now: one of them ends, the last stays.
+    _wait_for(lambda: ender.workers() == 1)
+    time.sleep(0.5)
+    assert ender.workers() == 1 and ender.pending() == 0
+
+
+def test_the_idle_threads_workers_are_bounded(monkeypatch):
+    """Past ``MOST_WORKERS`` stuck calls the rest wait for one of them."""
+    monkeypatch.setattr(idle, 'STUCK', 0.05)
+    monkeypatch.setattr(idle, 'MOST_WORKERS', 3)
+    ender = idle._Ender()
+    stuck = [_Stuck() for _ in range(4)]
+    for each in stuck:
+        ender.due(each, 0)
+    for each in stuck[:3]:
+        assert each.inside.wait(5)
+    time.sleep(0.3)
+    assert ender.workers() == 3
+    assert not stuck[3].inside.is_set() and ender.pending() == 1
+    stuck[0].go_on.set()
+    assert stuck[3].inside.wait(5)
+    for each in stuck:
+        each.go_on.set()
+    _wait_for(lambda: all(each.ended for each in stuck))
+
+
+def _wait_for(condition, seconds=5):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, 'not within %s s' % seconds
+        time.sleep(0.005)
+
+
+class _Stuck:
+    """An instance whose call waits until told to go on."""
+
+    ended = False
+
+    def __init__(self):
+        self.inside = threading.Event()
+        self.go_on = threading.Event()
+
+    def _end_idle_snapshot(self, loads=None):
+        self.inside.set()
+        self.go_on.wait(10)
+        self.ended = True
 
 
 class _Nothing:
