@@ -190,7 +190,8 @@ class PostgreSQL:
                         "FROM pg_settings WHERE name IN ("
                         "'shared_buffers', 'max_wal_size', "
                         "'checkpoint_timeout', 'synchronous_commit', "
-                        "'autovacuum') ORDER BY 1")
+                        "'autovacuum', 'wal_compression', "
+                        "'full_page_writes') ORDER BY 1")
             return dict(cur.fetchall())
 
     def adapter(self, impl, name):
