@@ -7,6 +7,7 @@ import transaction
 import ZODB
 from persistent import Persistent
 from persistent.mapping import PersistentMapping
+from ZODB.POSException import ConflictError
 from ZODB.POSException import POSKeyError
 from ZODB.utils import p64
 
@@ -99,6 +100,44 @@ def test_a_commit_by_another_process_is_never_served_stale(open_storage):
     reader.poll_invalidations()
     assert _value(reader, oid)[0] == 2
     reader.release()
+    other_db.close()
+    db.close()
+
+
+def test_a_conflict_drops_a_cached_revision_the_cache_missed_a_change_of(
+        open_storage, caplog):
+    """Should a poll's change list ever lack a change (seen once in an
+    hour's soak on MariaDB, cause not found), the shared cache would serve
+    the old revision as current until the object changes again: a
+    transaction that writes it conflicts at every retry.  The vote's
+    conflict drops the entry and says so: the retry reads the database."""
+    storage = open_storage()
+    other = open_storage()          # its own cache, like another process
+    db = ZODB.DB(storage)
+    other_db = ZODB.DB(other)
+    oid = _commit_value(db, 'x', 1)
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    assert conn.root()['x']['v'] == 1       # cached, current
+    _commit_value(other_db, 'x', 2)
+    cache = storage._cache
+    # The change missed: the horizon moves past it, the entry stays live.
+    last = _value(other.new_instance(), oid)[1]
+    assert cache.advance(cache.horizon, int.from_bytes(last, 'big'), [])
+    tm.begin()
+    conn.root()['x']['v'] = 3
+    with caplog.at_level('ERROR', logger='relstorage.storage'):
+        with pytest.raises(ConflictError):
+            tm.commit()
+    tm.abort()
+    assert any('a change it was not told of' in r.getMessage()
+               for r in caplog.records)
+    tm.begin()
+    assert conn.root()['x']['v'] == 2
+    conn.root()['x']['v'] = 3
+    tm.commit()
+    conn.close()
+    assert _commit_value(other_db, 'x', 4) == oid
     other_db.close()
     db.close()
 

@@ -655,8 +655,9 @@ class RelStorage(SnapshotMethods, StoreConnectionMethods,
             try:
                 with self._adapter.connmanager.translate():
                     return txn.vote(self)
-            except POSException.ConflictError:
+            except POSException.ConflictError as e:
                 self._counters.conflicts += 1
+                self._after_conflict(e)
                 raise
 
     def tpc_finish(self, transaction, f=None):

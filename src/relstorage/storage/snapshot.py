@@ -16,6 +16,7 @@ import logging
 from ZODB import POSException
 from ZODB.utils import p64
 from ZODB.utils import tid_repr
+from ZODB.utils import u64
 
 from relstorage.adapters.poll import split_poll
 from relstorage.storage import idle
@@ -265,6 +266,34 @@ class SnapshotMethods:
                 log.warning('%s: %s', self._name, e)
             finally:
                 self._lock.release()
+
+    def _after_conflict(self, error):
+        """After a vote refused by ``error`` (a ConflictError whose
+        ``serials`` are the committed tid, then the tid the transaction
+        read): what the process caches of that object goes, so that the
+        retry reads the committed revision.  If the cache would have
+        served the revision read to a snapshot that already includes the
+        committed one, it missed that change, and would go on serving the
+        old revision, with a conflict at every retry, until the object
+        changes again: logged as the error it is."""
+        serials = error.serials
+        if error.oid is None or not serials or len(serials) != 2:
+            return
+        committed, read = u64(serials[0]), u64(serials[1])
+        if committed <= read:
+            return
+        oid_int = u64(error.oid)
+        cache = self._cache
+        if (cache.get_revision(oid_int, read) is not None
+                and cache.has(oid_int, committed)):
+            log.error(
+                '%s: the shared cache held %s of oid %#x as current at %s, '
+                'where the database has %s (a change it was not told of; '
+                'cache horizon %s, last poll %s); the entry is dropped',
+                self._name, tid_repr(p64(read)), oid_int,
+                tid_repr(p64(committed)), tid_repr(p64(committed)),
+                cache.horizon, self._polled_tid)
+        cache.discard((oid_int,))
 
     # -- what must not wait for the idle thread --------------------------
     #
