@@ -177,13 +177,18 @@ def pg_statements(layout, mode, rows):
     return out
 
 
-def _pg_upsert(mode, *more):
-    """History-free: a commit replaces the object's row."""
+def _upsert(mode, head, value, *more):
+    """History-free: a commit replaces the object's row (``head``: the
+    database's clause, ``value``: how it names a column's new value)."""
     if mode == 'hp':
         return ''
-    return (' ON CONFLICT (zoid) DO UPDATE SET tid = excluded.tid, '
-            'state = excluded.state' + ''.join(
-                f', {c} = excluded.{c}' for c in more))
+    return head + ', '.join(f'{c} = {value.format(c)}'
+                            for c in ('tid', 'state', *more))
+
+
+def _pg_upsert(mode, *more):
+    return _upsert(mode, ' ON CONFLICT (zoid) DO UPDATE SET ',
+                   'excluded.{}', *more)
 
 
 #: The mirror keeps the current revision's row only, in both modes.
@@ -237,11 +242,7 @@ def mysql_statements(layout, mode, rows):
 
 
 def _mysql_upsert(mode, *more):
-    if mode == 'hp':
-        return ''
-    return (' ON DUPLICATE KEY UPDATE tid = VALUES(tid), '
-            'state = VALUES(state)' + ''.join(
-                f', {c} = VALUES({c})' for c in more))
+    return _upsert(mode, ' ON DUPLICATE KEY UPDATE ', 'VALUES({})', *more)
 
 
 # -- the runs ------------------------------------------------------------
