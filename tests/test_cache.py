@@ -134,7 +134,7 @@ def test_a_conflict_drops_a_cached_revision_the_cache_missed_a_change_of(
         with pytest.raises(ConflictError):
             tm.commit()
     tm.abort()
-    assert any('a change it was not told of' in r.getMessage()
+    assert any('a change no poll reported' in r.getMessage()
                for r in caplog.records)
     tm.begin()
     assert conn.root()['x']['v'] == 2

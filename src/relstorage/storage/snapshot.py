@@ -277,7 +277,9 @@ class SnapshotMethods:
         old revision, with a conflict at every retry, until the object
         changes again: logged as the error it is."""
         serials = error.serials
-        if error.oid is None or not serials or len(serials) != 2:
+        if (not isinstance(error.oid, bytes) or not serials
+                or len(serials) != 2
+                or not all(isinstance(s, bytes) for s in serials)):
             return
         committed, read = u64(serials[0]), u64(serials[1])
         if committed <= read:
@@ -287,12 +289,11 @@ class SnapshotMethods:
         if (cache.get_revision(oid_int, read) is not None
                 and cache.has(oid_int, committed)):
             log.error(
-                '%s: the shared cache held %s of oid %#x as current at %s, '
-                'where the database has %s (a change it was not told of; '
-                'cache horizon %s, last poll %s); the entry is dropped',
-                self._name, tid_repr(p64(read)), oid_int,
-                tid_repr(p64(committed)), tid_repr(p64(committed)),
-                cache.horizon, self._polled_tid)
+                '%s: the shared cache held revision %s of oid %#x as '
+                'current at %s, the tid of a newer revision (a change no '
+                'poll reported; cache horizon %s, last poll %s); the entry '
+                'is dropped', self._name, tid_repr(p64(read)), oid_int,
+                tid_repr(p64(committed)), cache.horizon, self._polled_tid)
         cache.discard((oid_int,))
 
     # -- what must not wait for the idle thread --------------------------
