@@ -17,8 +17,11 @@ with ``REPLACE``, or ``UPDATE`` with ``--update``, ``COMMIT``,
 ``SET autocommit = 1``, and in the same batch the next snapshot and its
 poll), and takes that snapshot as its next one, the connections swapping
 roles, as ``_take_commit_snapshot`` does.  Every other round polls afresh.
-The database ``pollcheck`` is made and dropped.  Exit status 1 if a change
-was missed (docs/performance.rst, "Soak").
+With ``--chain`` each commit also records the tid it followed, and every
+poll reads those records and goes only as far as they are visible in its
+snapshot (the fix this check suggests).  The database ``pollcheck`` is
+made and dropped.  Exit status 1 if a change was missed
+(docs/performance.rst, "Soak").
 """
 import argparse
 import random
@@ -67,6 +70,9 @@ def create(args):
     cursor.execute('INSERT INTO commit_row VALUES (0, 1)')
     cursor.execute('CREATE TABLE object_state (zoid BIGINT PRIMARY KEY, '
                    'tid BIGINT NOT NULL, state LONGBLOB, KEY (tid))')
+    # --chain: each commit's tid and the one it followed.
+    cursor.execute('CREATE TABLE commit_chain (tid BIGINT PRIMARY KEY, '
+                   'prev BIGINT NOT NULL)')
     for first in range(0, args.objects, 1000):
         cursor.executemany('INSERT INTO object_state VALUES (%s, 1, %s)', [
             (zoid, b'x' * 200)
@@ -75,7 +81,21 @@ def create(args):
     conn.close()
 
 
-def worker(args, seed, stop, totals, missed):
+CHAIN = 'SELECT tid, prev FROM commit_chain WHERE tid > %s'
+
+
+def visible_end(prev, last, links):
+    """With ``--chain``: the last tid up to which every commit after
+    ``prev`` is visible, following the links ``(tid, prev)`` read in the
+    same snapshot from ``prev``; ``last`` when the chain reaches it."""
+    following = {before: tid for tid, before in links}
+    end = prev
+    while end in following and following[end] <= last:
+        end = following[end]
+    return end
+
+
+def worker(args, seed, stop, totals, missed, torn):
     rng = random.Random(seed)
     load, store = connect(args), connect(args)
     cursor = load.cursor()
@@ -87,18 +107,33 @@ def worker(args, seed, stop, totals, missed):
     while not stop.is_set():
         after_commit = adopted is not None
         if after_commit:
-            rows, adopted = adopted, None
+            (rows, links), adopted = adopted, None
         else:
-            rows = batch(cursor, f'ROLLBACK; {BEGIN}; {POLL}', (prev,))[-1]
+            if args.chain:
+                *_, rows, links = batch(
+                    cursor, f'ROLLBACK; {BEGIN}; {POLL}; {CHAIN}',
+                    (prev, prev))
+            else:
+                rows = batch(cursor, f'ROLLBACK; {BEGIN}; {POLL}',
+                             (prev,))[-1]
             polls += 1
         last = next(tid for zoid, tid in rows if zoid == -1)
+        if args.chain:
+            end = visible_end(prev, last, links)
+            if end != last:
+                # A later commit visible, an earlier one not: this poll
+                # goes as far as the earlier one only.
+                torn.append((prev, end, last))
+                last = end
         for zoid, tid in rows:
-            if zoid != -1:
+            if zoid != -1 and tid <= last:
                 known[zoid] = tid
         sample = ','.join(map(str, rng.sample(range(args.objects), 50)))
         for zoid, tid in batch(cursor, 'SELECT zoid, tid FROM object_state '
                                f'WHERE zoid IN ({sample})')[-1]:
-            if tid != known.get(zoid):
+            if tid != known.get(zoid) and tid <= last:
+                # (A row changed after ``last``, where a poll with
+                # --chain stopped, is the next poll's to report.)
                 missed.append((zoid, known.get(zoid), tid, prev, last))
                 known[zoid] = tid
         prev = last
@@ -122,11 +157,16 @@ def worker(args, seed, stop, totals, missed):
             # A lock of the session, released after the COMMIT returns.
             lock = f"DO GET_LOCK('{NAME}.commit', 10); "
             release = f"DO RELEASE_LOCK('{NAME}.commit'); "
-        adopted = batch(other, (
+        chain = ('INSERT INTO commit_chain VALUES (@t, @t - 1); '
+                 if args.chain else '')
+        found = batch(other, (
             f'{lock}UPDATE commit_row SET tid = tid + 1 WHERE id = 0; '
             'SET @t = (SELECT tid FROM commit_row WHERE id = 0); '
-            f'{moves}; COMMIT; {release}SET autocommit = 1; SELECT @t; '
-            f'{BEGIN}; {POLL}'), (prev,))[-1]
+            f'{chain}{moves}; COMMIT; {release}SET autocommit = 1; '
+            f'SELECT @t; {BEGIN}; {POLL}' + (f'; {CHAIN}' if args.chain
+                                             else '')),
+            (prev, prev) if args.chain else (prev,))
+        adopted = (found[-2], found[-1]) if args.chain else (found[-1], ())
         commits += 1
         load, store = store, load
         cursor = load.cursor()
@@ -145,15 +185,20 @@ def main(argv=None):
     parser.add_argument('--get-lock', action='store_true',
                         help='also hold GET_LOCK from before the commit '
                              'row\'s UPDATE until after the COMMIT')
+    parser.add_argument('--chain', action='store_true',
+                        help='each commit records the tid it followed; a '
+                             'fresh poll goes only as far as that chain is '
+                             'visible in its snapshot')
     parser.add_argument('--host', default='127.0.0.1')
     parser.add_argument('--port', type=int, default=3306)
     parser.add_argument('--user', default='root')
     parser.add_argument('--passwd', default='')
     args = parser.parse_args(argv)
     create(args)
-    stop, totals, missed = threading.Event(), [], []
+    stop, totals, missed, torn = threading.Event(), [], [], []
     threads = [threading.Thread(target=worker,
-                                args=(args, seed, stop, totals, missed))
+                                args=(args, seed, stop, totals, missed,
+                                      torn))
                for seed in range(args.threads)]
     for thread in threads:
         thread.start()
@@ -168,7 +213,9 @@ def main(argv=None):
     commits = sum(c for _, c in totals)
     print(f'{args.threads} threads, {args.seconds:g} s: {polls:,} fresh '
           f'polls, {commits:,} commits (each followed by its snapshot), '
-          f'{len(missed)} missed changes')
+          f'{len(missed)} missed changes'
+          + (f'; {len(torn)} polls saw a later commit without an earlier '
+             'one and stopped before it' if args.chain else ''))
     for zoid, known, tid, prev, last in missed[:20]:
         print(f'  row {zoid}: polls said {known}, the snapshot has {tid} '
               f'(polled after {prev}, up to {last})')
