@@ -186,8 +186,8 @@ def main(argv=None):
                         help='also hold GET_LOCK from before the commit '
                              'row\'s UPDATE until after the COMMIT')
     parser.add_argument('--chain', action='store_true',
-                        help='each commit records the tid it followed; a '
-                             'fresh poll goes only as far as that chain is '
+                        help='each commit records the tid it followed; '
+                             'every poll goes only as far as that chain is '
                              'visible in its snapshot')
     parser.add_argument('--host', default='127.0.0.1')
     parser.add_argument('--port', type=int, default=3306)
