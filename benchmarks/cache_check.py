@@ -15,7 +15,8 @@ additions, both in its own process, nothing changed in the package:
   database in the same snapshot (one more round trip a load; ``--no-check``
   leaves it out, to keep the soak's timing); a different tid is a stale
   read;
-- a recorder keeps the process's last 20,000 events: each poll (its
+- a recorder keeps the process's last 20,000 events (and, for the whole
+  run, the latest tid any poll reported for each oid): each poll (its
   previous and new tid, the oids it reported), each change list applied
   to the cache, each load the cache stored and each commit it stored,
   each snapshot a commit began and a poll adopted, each end of a snapshot
@@ -42,6 +43,9 @@ if str(HERE) not in sys.path:
 
 EVENTS = collections.deque(maxlen=20000)
 FOUND = []
+#: The latest tid any poll's change list gave for each oid, kept for the
+#: whole run (the events reach back only seconds on a busy run).
+REPORTED = {}
 
 
 def _event(*what):
@@ -67,6 +71,9 @@ def record():
     def advance(real):
         def advance(self, from_tid, to_tid, changes):
             changes = tuple(changes)
+            for oid, tid in changes:
+                if tid > REPORTED.get(oid, 0):
+                    REPORTED[oid] = tid
             done = real(self, from_tid, to_tid, changes)
             _event('advance', from_tid, to_tid, done, changes)
             return done
@@ -188,7 +195,8 @@ def _found(how, oid, served, current):
     path = HERE / 'results' / f'cache-check-{os.getpid()}.txt'
     with open(path, 'a') as f:
         f.write(f'== {how}: oid {oid:#x} served {served}, database has '
-                f'{current}\n')
+                f'{current}; the latest tid a poll reported for it: '
+                f'{REPORTED.get(oid)}\n')
         f.write('\n'.join(lines) + '\n')
 
 
