@@ -32,24 +32,13 @@ import time
 import MySQLdb
 from MySQLdb.constants import CLIENT
 
+# The adapter's own statements and its batch runner (every result set).
+from relstorage.adapters.mysql.connection import SNAPSHOT_BEGIN as BEGIN
+from relstorage.adapters.mysql.connection import run_batch as batch
+from relstorage.adapters.mysql.poll import HistoryFreePoller
+
 NAME = 'pollcheck'
-POLL = """SELECT -1, tid FROM commit_row WHERE id = 0
-UNION ALL
-SELECT zoid, tid FROM object_state
-WHERE tid > %s AND tid <= (SELECT tid FROM commit_row WHERE id = 0)"""
-BEGIN = ('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; '
-         'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY')
-
-
-def batch(cursor, sql, params=None):
-    """Every result set of a multi-statement batch."""
-    cursor.execute(sql, params)
-    out = []
-    while True:
-        if cursor.description is not None:
-            out.append(cursor.fetchall())
-        if cursor.nextset() is None:
-            return out
+POLL = HistoryFreePoller.POLL
 
 
 def connect(args, db=NAME):
