@@ -126,17 +126,13 @@ def record():
 
     def after_conflict(real):
         def after(self, error):
-            serials = error.serials
-            if error.oid is not None and serials and len(serials) == 2:
-                committed, read = u64(serials[0]), u64(serials[1])
-                oid = u64(error.oid)
-                if (committed > read
-                        and self._cache.get_revision(oid, read) is not None
-                        and self._cache.has(oid, committed)):
-                    _event('STALE', oid, read, committed,
-                           self._cache.horizon, self._polled_tid)
-                    _found('conflict', oid, read, committed)
-            return real(self, error)
+            missed = real(self, error)
+            if missed:
+                oid, (committed, read) = u64(error.oid), map(u64, error.serials)
+                _event('STALE', oid, read, committed, self._cache.horizon,
+                       self._polled_tid)
+                _found('conflict', oid, read, committed)
+            return missed
         return after
 
     checking = not os.environ.get('CACHE_CHECK_OFF')

@@ -275,19 +275,21 @@ class SnapshotMethods:
         served the revision read to a snapshot that already includes the
         committed one, it missed that change, and would go on serving the
         old revision, with a conflict at every retry, until the object
-        changes again: logged as the error it is."""
+        changes again: logged as the error it is.  Returns whether it
+        was (benchmarks/cache_check.py counts those)."""
         serials = error.serials
         if (not isinstance(error.oid, bytes) or not serials
                 or len(serials) != 2
                 or not all(isinstance(s, bytes) for s in serials)):
-            return
+            return False
         committed, read = u64(serials[0]), u64(serials[1])
         if committed <= read:
-            return
+            return False
         oid_int = u64(error.oid)
         cache = self._cache
-        if (cache.get_revision(oid_int, read) is not None
-                and cache.has(oid_int, committed)):
+        missed = (cache.get_revision(oid_int, read) is not None
+                  and cache.has(oid_int, committed))
+        if missed:
             log.error(
                 '%s: the shared cache held revision %s of oid %#x as '
                 'current at %s, the tid of a newer revision (a change no '
@@ -295,6 +297,7 @@ class SnapshotMethods:
                 'is dropped', self._name, tid_repr(p64(read)), oid_int,
                 tid_repr(p64(committed)), cache.horizon, self._polled_tid)
         cache.discard((oid_int,))
+        return missed
 
     # -- what must not wait for the idle thread --------------------------
     #
