@@ -1,27 +1,29 @@
-"""Whether MariaDB/MySQL's snapshots can hide a committed change from our
-poll: the statements of relstorage's history-free MySQL adapter, in plain
-SQL, checked row by row.
+"""Whether a MariaDB/MySQL snapshot can hide a committed change from our
+poll: relstorage's MySQL adapter, polling and committing as a storage
+does, checked row by row.
 
-    .venv/bin/python benchmarks/poll_check.py [--threads 4] [--seconds 120]
-        [--objects 20000] [--update]
+    .venv/bin/python benchmarks/poll_check.py [--threads 8] [--seconds 120]
+        [--objects 20000] [--keep-history] [--no-check]
 
-Each thread does what a soak worker's storage does: it polls (``ROLLBACK``,
-``START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY`` and the adapter's
-``POLL``: the last tid and the rows changed after the previous poll's),
+Each thread does what a soak worker's storage does, with the adapter's own
+calls: it polls (``poller.begin_and_poll`` after the previous poll's tid,
+which ends the last snapshot and begins the next in one round trip),
 applies the change list to what it knows of every row's tid, and reads 50
 random rows by primary key in the same snapshot: a tid that differs from
 what the polls told it is a change a poll missed.  Then it commits two
-random rows on its other connection as the adapter's finish does (row
-locks, the commit row's UPDATE that is the commit lock, the rows written
-with ``REPLACE``, or ``UPDATE`` with ``--update``, ``COMMIT``,
-``SET autocommit = 1``, and in the same batch the next snapshot and its
-poll), and takes that snapshot as its next one, the connections swapping
-roles, as ``_take_commit_snapshot`` does.  Every other round polls afresh.
-With ``--chain`` each commit also records the tid it followed, and every
-poll reads those records and goes only as far as they are visible in its
-snapshot (the fix this check suggests).  The database ``pollcheck`` is
-made and dropped.  Exit status 1 if a change was missed
-(docs/performance.rst, "Soak").
+random rows on its other connection (``locker.lock_for_vote``, then
+``txncontrol.finish_and_commit`` with the rows inline and, in the same
+round trip, the next snapshot and its poll: ``poller.poll_after_commit``),
+and takes that snapshot as its next one, the connections swapping roles,
+as the storage's ``_take_commit_snapshot`` does.  Every other round polls
+afresh.
+
+InnoDB can show a snapshot a commit without the one before it
+(relstorage/adapters/mysql/chain.py): the adapter finds such a *torn*
+snapshot by the commit chain and begins another.  ``--no-check`` turns
+that off (the adapter as it was before schema step 0009) to show what it
+prevents.  The database ``pollcheck`` is made and dropped.  Exit status 1
+if a change was missed (docs/performance.rst, "Soak").
 """
 import argparse
 import random
@@ -29,165 +31,129 @@ import sys
 import threading
 import time
 
-import MySQLdb
-from MySQLdb.constants import CLIENT
-
-# The adapter's own statements and its batch runner (every result set).
-from relstorage.adapters.mysql.connection import SNAPSHOT_BEGIN as BEGIN
-from relstorage.adapters.mysql.connection import run_batch as batch
-from relstorage.adapters.mysql.poll import HistoryFreePoller
+from relstorage.adapters.mysql import MySQLAdapter
+from relstorage.adapters.mysql import poll as mysql_poll
+from relstorage.adapters.poll import TORN
+from relstorage.adapters.poll import split_poll
+from relstorage.config.options import Options
 
 NAME = 'pollcheck'
-POLL = HistoryFreePoller.POLL
 
 
-def connect(args, db=NAME):
-    keys = {'db': db} if db else {}
-    return MySQLdb.connect(host=args.host, port=args.port, user=args.user,
-                           passwd=args.passwd,
-                           client_flag=CLIENT.MULTI_STATEMENTS, **keys)
+def adapter_for(args, db=NAME):
+    adapter = MySQLAdapter(host=args.host, port=args.port, user=args.user,
+                           passwd=args.passwd, db=db)
+    adapter.configure(Options(keep_history=args.keep_history))
+    return adapter
 
 
 def create(args):
-    conn = connect(args, db=None)
-    cursor = conn.cursor()
-    cursor.execute(f'DROP DATABASE IF EXISTS {NAME}')
-    cursor.execute(f'CREATE DATABASE {NAME}')
-    cursor.execute(f'USE {NAME}')
-    cursor.execute('CREATE TABLE commit_row (id INT PRIMARY KEY, '
-                   'tid BIGINT NOT NULL)')
-    cursor.execute('INSERT INTO commit_row VALUES (0, 1)')
-    cursor.execute('CREATE TABLE object_state (zoid BIGINT PRIMARY KEY, '
-                   'tid BIGINT NOT NULL, state LONGBLOB, KEY (tid))')
-    # --chain: each commit's tid and the one it followed.
-    cursor.execute('CREATE TABLE commit_chain (tid BIGINT PRIMARY KEY, '
-                   'prev BIGINT NOT NULL)')
-    for first in range(0, args.objects, 1000):
-        cursor.executemany('INSERT INTO object_state VALUES (%s, 1, %s)', [
-            (zoid, b'x' * 200)
-            for zoid in range(first, min(args.objects, first + 1000))])
-    conn.commit()
-    conn.close()
+    server = adapter_for(args, db='mysql').connmanager
+    with server.write_session('making the database') as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS {NAME}')
+        cursor.execute(f'CREATE DATABASE {NAME}')
+    adapter = adapter_for(args)
+    adapter.schema.prepare(create=True)
+    cm = adapter.connmanager
+    conn, cursor = cm.open_store()
+    try:
+        cm.begin_store(conn, cursor)
+        for first in range(0, args.objects, 200):
+            rows = [(oid, 0, b'x' * 200, 0) for oid in
+                    range(first, min(args.objects, first + 200))]
+            adapter.txncontrol.finish_and_commit(
+                cursor, b'', b'', b'', ' ', rows=rows, seconds=0.0)
+            cm.begin_store(conn, cursor)
+    finally:
+        cm.close(conn, cursor)
+    return adapter
 
 
-CHAIN = 'SELECT tid, prev FROM commit_chain WHERE tid > %s'
+def drop(args):
+    server = adapter_for(args, db='mysql').connmanager
+    with server.write_session('dropping the database') as cursor:
+        cursor.execute(f'DROP DATABASE {NAME}')
 
 
-def visible_end(prev, last, links):
-    """With ``--chain``: the last tid up to which every commit after
-    ``prev`` is visible, following the links ``(tid, prev)`` read in the
-    same snapshot from ``prev``; ``last`` when the chain reaches it."""
-    following = {before: tid for tid, before in links}
-    end = prev
-    while end in following and following[end] <= last:
-        end = following[end]
-    return end
-
-
-def worker(args, seed, stop, totals, missed, torn):
+def worker(args, adapter, seed, stop, totals, missed, torn_adopted):
     rng = random.Random(seed)
-    load, store = connect(args), connect(args)
-    cursor = load.cursor()
-    rows = batch(cursor, f'{BEGIN}; {POLL}', (2 ** 62,))[-1]
-    prev = next(tid for zoid, tid in rows if zoid == -1)
-    known = dict(batch(cursor, 'SELECT zoid, tid FROM object_state')[-1])
+    cm, poller = adapter.connmanager, adapter.poller
+    table = 'current_object' if args.keep_history else 'object_state'
+    load, store = cm.open_store(), cm.open_store()
+    prev, _ = poller.begin_and_poll(cm, *load, None)
+    cursor = load[1]
+    cursor.execute(f'SELECT zoid, tid FROM {table}')
+    known = dict(cursor.fetchall())
     adopted = None
     polls = commits = 0
     while not stop.is_set():
         after_commit = adopted is not None
         if after_commit:
-            (rows, links), adopted = adopted, None
+            (last, changes), adopted = adopted, None
         else:
-            if args.chain:
-                *_, rows, links = batch(
-                    cursor, f'ROLLBACK; {BEGIN}; {POLL}; {CHAIN}',
-                    (prev, prev))
-            else:
-                rows = batch(cursor, f'ROLLBACK; {BEGIN}; {POLL}',
-                             (prev,))[-1]
+            last, changes = poller.begin_and_poll(
+                cm, *load, prev, end_previous=True)
             polls += 1
-        last = next(tid for zoid, tid in rows if zoid == -1)
-        if args.chain:
-            end = visible_end(prev, last, links)
-            if end != last:
-                # A later commit visible, an earlier one not: this poll
-                # goes as far as the earlier one only.
-                torn.append((prev, end, last))
-                last = end
-        for zoid, tid in rows:
-            if zoid != -1 and tid <= last:
-                known[zoid] = tid
+        for oid, tid in changes:
+            known[oid] = tid
+        cursor = load[1]
         sample = ','.join(map(str, rng.sample(range(args.objects), 50)))
-        for zoid, tid in batch(cursor, 'SELECT zoid, tid FROM object_state '
-                               f'WHERE zoid IN ({sample})')[-1]:
-            if tid != known.get(zoid) and tid <= last:
-                # (A row changed after ``last``, where a poll with
-                # --chain stopped, is the next poll's to report.)
-                missed.append((zoid, known.get(zoid), tid, prev, last))
-                known[zoid] = tid
+        cursor.execute(f'SELECT zoid, tid FROM {table} '
+                       f'WHERE zoid IN ({sample})')
+        for oid, tid in cursor.fetchall():
+            if tid != known.get(oid):
+                missed.append((oid, known.get(oid), tid, prev, last))
+                known[oid] = tid
         prev = last
         if after_commit:
             continue        # a fresh poll next, as at a request's begin
         oids = sorted(rng.sample(range(args.objects), 2))
-        listed = ','.join(map(str, oids))
-        if args.update:
-            moves = '; '.join(
-                f"UPDATE object_state SET tid = @t, state = REPEAT('y', 200) "
-                f'WHERE zoid = {zoid}' for zoid in oids)
+        conn, other = store
+        cm.rollback(conn, other)
+        cm.begin_store(conn, other)
+        locked, _ = adapter.locker.lock_for_vote(other, oids, [],
+                                                 staged=False)
+        rows = [(oid, locked[oid], b'y' * 200, 0) for oid in oids]
+        _, found = adapter.txncontrol.finish_and_commit(
+            other, b'', b'', b'', ' ', rows=rows, seconds=0.0,
+            then=poller.poll_after_commit(cm, prev))
+        if args.no_check:
+            found = [row for row in found if row[0] != TORN]
+        polled = split_poll(found)
+        if polled[0] is None:
+            # Torn: not taken (snapshot.py); the next round polls afresh.
+            torn_adopted.append(prev)
         else:
-            moves = ('REPLACE INTO object_state (zoid, tid, state) VALUES '
-                     + ','.join(f"({zoid}, @t, REPEAT('y', 200))"
-                                for zoid in oids))
-        other = store.cursor()
-        batch(other, 'ROLLBACK; SET autocommit = 0; BEGIN; SELECT zoid, tid '
-              f'FROM object_state WHERE zoid IN ({listed}) FOR UPDATE')
-        lock = release = ''
-        if args.get_lock:
-            # A lock of the session, released after the COMMIT returns.
-            lock = f"DO GET_LOCK('{NAME}.commit', 10); "
-            release = f"DO RELEASE_LOCK('{NAME}.commit'); "
-        chain = ('INSERT INTO commit_chain VALUES (@t, @t - 1); '
-                 if args.chain else '')
-        found = batch(other, (
-            f'{lock}UPDATE commit_row SET tid = tid + 1 WHERE id = 0; '
-            'SET @t = (SELECT tid FROM commit_row WHERE id = 0); '
-            f'{chain}{moves}; COMMIT; {release}SET autocommit = 1; '
-            f'SELECT @t; {BEGIN}; {POLL}' + (f'; {CHAIN}' if args.chain
-                                             else '')),
-            (prev, prev) if args.chain else (prev,))
-        adopted = (found[-2], found[-1]) if args.chain else (found[-1], ())
+            adopted = polled
         commits += 1
         load, store = store, load
-        cursor = load.cursor()
-    load.close()
-    store.close()
+    for conn, cursor in (load, store):
+        cm.close(conn, cursor)
     totals.append((polls, commits))
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--threads', type=int, default=4)
+    parser.add_argument('--threads', type=int, default=8)
     parser.add_argument('--seconds', type=float, default=120)
     parser.add_argument('--objects', type=int, default=20000)
-    parser.add_argument('--update', action='store_true',
-                        help='write the rows with UPDATE, not REPLACE')
-    parser.add_argument('--get-lock', action='store_true',
-                        help='also hold GET_LOCK from before the commit '
-                             'row\'s UPDATE until after the COMMIT')
-    parser.add_argument('--chain', action='store_true',
-                        help='each commit records the tid it followed; '
-                             'every poll goes only as far as that chain is '
-                             'visible in its snapshot')
+    parser.add_argument('--keep-history', action='store_true',
+                        help='a history-preserving database')
+    parser.add_argument('--no-check', action='store_true',
+                        help='take torn snapshots as they are (as before '
+                             'the commit chain)')
     parser.add_argument('--host', default='127.0.0.1')
     parser.add_argument('--port', type=int, default=3306)
     parser.add_argument('--user', default='root')
     parser.add_argument('--passwd', default='')
     args = parser.parse_args(argv)
-    create(args)
-    stop, totals, missed, torn = threading.Event(), [], [], []
+    if args.no_check:
+        mysql_poll.begin_whole = lambda begin: (begin(False)[1], 0)
+    adapter = create(args)
+    stop, totals, missed, torn_adopted = (threading.Event(), [], [], [])
     threads = [threading.Thread(target=worker,
-                                args=(args, seed, stop, totals, missed,
-                                      torn))
+                                args=(args, adapter, seed, stop, totals,
+                                      missed, torn_adopted))
                for seed in range(args.threads)]
     for thread in threads:
         thread.start()
@@ -195,18 +161,18 @@ def main(argv=None):
     stop.set()
     for thread in threads:
         thread.join()
-    conn = connect(args, db=None)
-    conn.cursor().execute(f'DROP DATABASE {NAME}')
-    conn.close()
+    drop(args)
     polls = sum(p for p, _ in totals)
     commits = sum(c for _, c in totals)
-    print(f'{args.threads} threads, {args.seconds:g} s: {polls:,} fresh '
+    print(f'{args.threads} threads, {args.seconds:g} s, '
+          f'{"history-preserving" if args.keep_history else "history-free"}'
+          f'{", no check" if args.no_check else ""}: {polls:,} fresh '
           f'polls, {commits:,} commits (each followed by its snapshot), '
-          f'{len(missed)} missed changes'
-          + (f'; {len(torn)} polls saw a later commit without an earlier '
-             'one and stopped before it' if args.chain else ''))
-    for zoid, known, tid, prev, last in missed[:20]:
-        print(f'  row {zoid}: polls said {known}, the snapshot has {tid} '
+          f'{len(missed)} missed changes; torn snapshots begun again: '
+          f'{adapter.connmanager.torn_snapshots} at a poll, '
+          f'{len(torn_adopted)} after a commit (not taken)')
+    for oid, known, tid, prev, last in missed[:20]:
+        print(f'  row {oid}: polls said {known}, the snapshot has {tid} '
               f'(polled after {prev}, up to {last})')
     return 1 if missed else 0
 

@@ -55,8 +55,7 @@ def _make_old(backend, database, keep_history, version, monkeypatch):
                         version)
     storage = backend.open(database, keep_history=keep_history)
     functions = _write_functions(storage, version)
-    _alter_commit_row(storage, version, 'ADD COLUMN commit_seconds '
-                      + _SECONDS_TYPE[storage._adapter.schema.DATABASE])
+    _lend(storage, version)
     db = ZODB.DB(storage)
     conn = db.open()
     items = conn.root()['items'] = PersistentMapping()
@@ -69,7 +68,7 @@ def _make_old(backend, database, keep_history, version, monkeypatch):
     conn.close()
     expected = _states(storage)
     db.close()
-    _alter_commit_row(storage, version, 'DROP COLUMN commit_seconds')
+    _lend(storage, version, give_back=True)
     if functions:
         cm = storage._adapter.connmanager
         conn = cm.connect()
@@ -87,17 +86,38 @@ _SECONDS_TYPE = {'postgresql': 'DOUBLE PRECISION', 'mysql': 'DOUBLE NULL',
                  'sqlite': 'REAL'}
 
 
-def _alter_commit_row(storage, version, change):
-    """Before version 8 ``commit_row`` had no ``commit_seconds``, which
-    this code writes at every commit: added to write the old database's
-    data, and dropped after (as ``_write_functions``)."""
-    if version >= 8:
+def _lent(storage, version):
+    """``[(add, drop)]``: what an older schema lacks that this code writes
+    at every commit, added to write the old database's data and dropped
+    after (as ``_write_functions``): ``commit_row.commit_seconds`` (step
+    0008-commit-time), and on MySQL the commit chain (step
+    0009-commit-chain)."""
+    database = storage._adapter.schema.DATABASE
+    lent = []
+    if version < 8:
+        lent.append((f'ALTER TABLE commit_row ADD COLUMN commit_seconds '
+                     f'{_SECONDS_TYPE[database]}',
+                     'ALTER TABLE commit_row DROP COLUMN commit_seconds'))
+    if version < 9 and database == 'mysql':
+        lent.append(('ALTER TABLE commit_row ADD COLUMN commit_seq '
+                     'BIGINT NOT NULL DEFAULT 0',
+                     'ALTER TABLE commit_row DROP COLUMN commit_seq'))
+        lent.append(('CREATE TABLE commit_chain (seq BIGINT NOT NULL '
+                     'PRIMARY KEY, tid BIGINT NOT NULL UNIQUE)',
+                     'DROP TABLE commit_chain'))
+    return lent
+
+
+def _lend(storage, version, give_back=False):
+    lent = _lent(storage, version)
+    if not lent:
         return
     cm = storage._adapter.connmanager
     conn = cm.connect()
     try:
         # (The connections are in autocommit mode.)
-        conn.cursor().execute(f'ALTER TABLE commit_row {change}')
+        for add, drop in (reversed(lent) if give_back else lent):
+            conn.cursor().execute(drop if give_back else add)
     finally:
         cm.close(conn, None)
 

@@ -15,16 +15,25 @@ POLL = """
 #: POLL's parameter when no changes are wanted (the first poll).
 NO_CHANGES = 2 ** 63 - 1
 
+#: The oid of a row ``(TORN, n)`` in a poll's rows where a database can
+#: show a snapshot a commit without the commits before it (MySQL's commit
+#: chain, mysql/poll.py): ``n`` commits up to the last tid are missing.
+TORN = -9
+
 
 def split_poll(rows):
-    """``(last_tid, changes)`` from the rows of POLL."""
-    last, changes = 0, []
+    """``(last_tid, changes)`` from the rows of POLL; ``(None, [])`` if
+    the snapshot lacks a commit up to its last tid (a row ``(TORN, n)``
+    with ``n`` above 0): it must be ended and another begun."""
+    last, changes, torn = 0, [], False
     for oid, tid in rows:
         if oid == -1:
             last = tid
+        elif oid == TORN:
+            torn = tid > 0
         else:
             changes.append((oid, tid))
-    return last, changes
+    return (None, []) if torn else (last, changes)
 
 
 @implementer(IPoller)

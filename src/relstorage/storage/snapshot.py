@@ -211,7 +211,13 @@ class SnapshotMethods:
         # vote: the instance keeps the one that holds the snapshot.)
         self._give_store()
         # (No changes when ``after_tid`` is None: the poll asked for none.)
-        self._adopted = (after_tid, *split_poll(rows))
+        last, changes = split_poll(rows)
+        if last is None:
+            # It lacks a commit (MySQL: adapters/mysql/chain.py): the next
+            # poll begins another.
+            self._rollback_due = True
+        else:
+            self._adopted = (after_tid, last, changes)
         # Ended if no poll takes it soon (explicit transactions).
         idle.ender.due(self)
 

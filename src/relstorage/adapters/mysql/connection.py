@@ -43,6 +43,10 @@ from relstorage.errors import LockConflictError
 from ZODB.POSException import StorageError
 from zope.interface import implementer
 
+from relstorage.adapters.poll import NO_CHANGES
+
+from .chain import CHECK
+from .chain import begin_whole
 from .drivers import error_number
 
 # Server error numbers.
@@ -158,6 +162,8 @@ class MySQLConnectionManager(ConnectionManager):
         #: Whether commits are guarded by the marker row (else by the
         #: savepoint; see the module's docstring): None, as ``galera``.
         self.marker_guard = None
+        #: Snapshots begun again because they lacked a commit (chain.py).
+        self.torn_snapshots = 0
         # Store connections (with the temporary tables), and those of them
         # inside a guarded transaction.
         self._staging = weakref.WeakSet()
@@ -352,10 +358,16 @@ class MySQLConnectionManager(ConnectionManager):
         return f'{SNAPSHOT_BEGIN}; {first_read}'
 
     def begin_snapshot(self, conn, cursor):
-        if self.galera:
-            run_batch(cursor, self.snapshot_statements(READ_LAST_TID))
-        else:
-            run_batch(cursor, SNAPSHOT_BEGIN)
+        # The first read checks that the snapshot lacks no commit
+        # (chain.py), in the round trip that begins it.
+        statements = self.snapshot_statements(CHECK)
+
+        def begin(again):
+            rows = run_batch(cursor, ('ROLLBACK; ' if again else '')
+                             + statements, (NO_CHANGES,))[-1]
+            return rows[0][1] > 0, None
+
+        self.torn_snapshots += begin_whole(begin)[1]
 
     def cluster_view(self, cursor):
         if not self.galera:

@@ -16,11 +16,12 @@ ER_DUP_FIELDNAME = 1060
 
 TABLES = ('schema_version', 'commit_row', 'new_oid', 'transaction_log',
           'object_state', 'superseded_state', 'current_object',
-          'blob_chunk', 'object_blob') + STEP_TABLES
+          'blob_chunk', 'object_blob') + STEP_TABLES + ('commit_chain',)
 
 #: The tables that hold data (zap_all empties them).
 DATA_TABLES = ('object_state', 'superseded_state', 'current_object',
-               'transaction_log', 'object_blob', 'blob_chunk') + STEP_TABLES
+               'transaction_log', 'object_blob', 'blob_chunk',
+               'commit_chain') + STEP_TABLES
 
 
 class MySQLSchema(Schema):
@@ -90,7 +91,7 @@ class MySQLSchema(Schema):
             for table in DATA_TABLES:
                 if table in tables:
                     cur.execute(f'DELETE FROM {table}')
-            cur.execute('UPDATE commit_row SET tid = 0')
+            cur.execute('UPDATE commit_row SET tid = 0, commit_seq = 0')
             cur.execute('DELETE FROM new_oid')
         # TRUNCATE resets AUTO_INCREMENT; it commits by itself.
         with self.connmanager.write_session('clearing the database') as cur:

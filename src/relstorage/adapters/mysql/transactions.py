@@ -2,9 +2,10 @@
 
 The last step of a commit runs as one batch of statements in one round
 trip (the connections allow multi-statement queries): the UPDATE of
-``commit_row`` takes the commit lock and chooses the tid from the server's
-clock in the same statement, the tid travels to the following statements
-in a session variable, and the guarded COMMIT (connection.py's
+``commit_row`` takes the commit lock, chooses the tid from the server's
+clock and counts the commit in the same statement, the tid travels to the
+following statements in a session variable with the commit's link in the
+commit chain (chain.py), and the guarded COMMIT (connection.py's
 ``guarded_commit``) ends the batch before the tid is read back, with what
 says the COMMIT committed this transaction.  The batch is made from the
 statements the step-by-step path runs (``MOVE_FROM_TEMP``,
@@ -12,6 +13,7 @@ statements the step-by-step path runs (``MOVE_FROM_TEMP``,
 """
 from relstorage.adapters.transactions import TransactionControl
 
+from .chain import LINK
 from .connection import run_batch
 
 # A ZODB tid from the session's clock (sessions run in UTC): 32 bits of
@@ -33,17 +35,17 @@ def _with_tid(statement, count=1):
 
 
 class _MySQLTransactionControl(TransactionControl):
-    UPDATE_LAST_TID = 'UPDATE commit_row SET tid = %s WHERE id = 0'
+    UPDATE_LAST_TID = ('UPDATE commit_row SET tid = %s, '
+                       'commit_seq = commit_seq + 1 WHERE id = 0')
     UPDATE_LAST_TID_TIMED = (
-        'UPDATE commit_row SET tid = %s, commit_seconds = %s WHERE id = 0')
+        'UPDATE commit_row SET tid = %s, commit_seconds = %s, '
+        'commit_seq = commit_seq + 1 WHERE id = 0')
     # The row lock of commit_row is the commit lock (see locks.py); the
     # parameter is the commit's seconds (ITransactionControl).
     CHOOSE_TID = f"""
         UPDATE commit_row SET tid = GREATEST({_TID_OF_NOW}, tid + 1),
-            commit_seconds = %s
+            commit_seconds = %s, commit_seq = commit_seq + 1
         WHERE id = 0"""
-    READ_TID = """
-        SET @relstorage_tid = (SELECT tid FROM commit_row WHERE id = 0)"""
 
     #: The largest commit (rows, pickle bytes) that finishes without the
     #: staging table: its rows go in the finish batch as hexadecimal
@@ -56,7 +58,7 @@ class _MySQLTransactionControl(TransactionControl):
         """``move_rows(rows)``: the statements that publish rows given to
         finish_and_commit (``mover.move_rows``)."""
         self._connmanager = connmanager
-        self._head = [self.CHOOSE_TID.strip(), self.READ_TID.strip()]
+        self._head = [self.CHOOSE_TID.strip(), *LINK]
         if self.INSERT_TRANSACTION is not None:
             self._head.append(_with_tid(self.INSERT_TRANSACTION))
         self._moves = [_with_tid(s) for s in move_statements]
@@ -73,10 +75,19 @@ class _MySQLTransactionControl(TransactionControl):
             'SET @relstorage_tid = %s']
         if self.INSERT_TRANSACTION is not None:
             self._restore_head.append(_with_tid(self.INSERT_TRANSACTION))
-        self._restore_tail = [_with_tid(self.UPDATE_LAST_TID)]
+        self._restore_tail = [_with_tid(self.UPDATE_LAST_TID), *LINK]
         self._restore = ';\n'.join(
             self._restore_head + [_with_tid(s) for s in move_statements]
             + self._restore_tail)
+
+    def _move_last_tid(self, cursor, tid, seconds=None):
+        """The step-by-step path's move of the tid (see TransactionControl),
+        with the commit's link, in one round trip."""
+        if seconds is None:
+            sql, params = self.UPDATE_LAST_TID, (tid,)
+        else:
+            sql, params = self.UPDATE_LAST_TID_TIMED, (tid, seconds)
+        run_batch(cursor, ';\n'.join([sql, *LINK]), params)
 
     def finish_and_commit(self, cursor, user, description, extension,
                           status, rows=None, then=None, before=(),
