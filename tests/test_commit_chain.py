@@ -97,20 +97,19 @@ def test_every_way_a_commit_ends_adds_its_link(open_storage, tmp_path):
         seqs[-1], u64(tids[-1]))
 
 
-def test_only_the_last_links_are_kept(open_storage, monkeypatch):
+def test_only_the_last_links_are_kept(open_storage):
     storage = open_storage()
-    _sql(storage, 'UPDATE commit_row SET commit_seq = %s',
-         (chain.CHAIN_KEPT + 5,))
+    kept = chain.CHAIN_KEPT
+    _sql(storage, 'UPDATE commit_row SET commit_seq = %s', (kept + 5,))
+    # Links of commits made before, the last three of them kept.
+    _sql(storage, 'INSERT INTO commit_chain VALUES (6, 1), (7, 2), (8, 3)')
     oid = storage.new_oid()
-    serial = z64
-    for value in range(3):
+    serial = _store(storage, oid, z64, zodb_pickle(MinPO(0)))
+    assert [seq for seq, _ in _links(storage)] == [7, 8, kept + 6]
+    for value in (1, 2):
         serial = _store(storage, oid, serial, zodb_pickle(MinPO(value)))
-    _sql(storage, 'INSERT INTO commit_chain VALUES (7, 1), (9, 2)')
-    serial = _store(storage, oid, serial, zodb_pickle(MinPO(9)))
-    # The oldest beyond CHAIN_KEPT go at the next commit.
     assert [seq for seq, _ in _links(storage)] == [
-        chain.CHAIN_KEPT + 6, chain.CHAIN_KEPT + 7, chain.CHAIN_KEPT + 8,
-        chain.CHAIN_KEPT + 9]
+        kept + 6, kept + 7, kept + 8]
 
 
 def _two_storages(open_storage):

@@ -37,14 +37,17 @@ FIRST_READ_LINKS = 1000
 
 #: Under the commit lock, after the UPDATE of ``commit_row`` that moved the
 #: tid and added one to ``commit_seq``: the tid and the count in session
-#: variables, the commit's link, and the oldest link beyond CHAIN_KEPT
-#: gone.
+#: variables, the commit's link, and the link CHAIN_KEPT below it gone.
+#: (One link by its key: the links have no gaps, so each goes in turn.  A
+#: range from the lowest would walk the deleted links InnoDB has not
+#: purged yet, at every commit, as many as commits made while a long
+#: snapshot, a pack's analysis, holds the purge back.)
 LINK = [
     'SET @relstorage_tid = (SELECT tid FROM commit_row WHERE id = 0), '
     '@relstorage_seq = (SELECT commit_seq FROM commit_row WHERE id = 0)',
     'INSERT INTO commit_chain (seq, tid) '
     'VALUES (@relstorage_seq, @relstorage_tid)',
-    f'DELETE FROM commit_chain WHERE seq <= @relstorage_seq - {CHAIN_KEPT}',
+    f'DELETE FROM commit_chain WHERE seq = @relstorage_seq - {CHAIN_KEPT}',
 ]
 
 #: The row ``(TORN, n)`` (poll.split_poll): how many links above the one of
