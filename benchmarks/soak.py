@@ -41,6 +41,7 @@ from harness.backends import relstorage_section
 from harness.cli import Parser
 from harness.environment import environment
 from harness.environment import finish
+from harness.procs import server_cpu_seconds
 from harness.report import heading
 from harness.report import log
 from harness.report import render
@@ -119,29 +120,11 @@ class Sampler:
                 sample['sessions'] = int(self._value(cursor, self._sessions))
                 sample['size'] = int(self._value(cursor, self._size))
                 sample.update(self._gauges(cursor))
-                sample['server_cpu_s'] = self._server_cpu()
+                sample['server_cpu_s'] = server_cpu_seconds()
                 sample['machine_busy_s'] = machine_busy()
             self.samples.append(sample)
             turn += 1
             self._stop.wait(0.5)
-
-    def _server_cpu(self):
-        """CPU seconds used so far by the server's processes (Linux's
-        /proc; the server runs on this machine)."""
-        tick = os.sysconf('SC_CLK_TCK')
-        total = 0
-        for entry in Path('/proc').iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / 'stat').read_text()
-            except OSError:
-                continue
-            command = stat[stat.index('(') + 1:stat.rindex(')')]
-            if command in ('mariadbd', 'mysqld', 'postgres'):
-                fields = stat[stat.rindex(')') + 2:].split()
-                total += int(fields[11]) + int(fields[12])
-        return round(total / tick, 2)
 
     def _gauges(self, cursor):
         # (The harness's queries: on PostgreSQL a connection of its own to

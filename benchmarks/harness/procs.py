@@ -28,6 +28,29 @@ class WorkloadFailed(Exception):
     """A benchmark process failed: its message says how."""
 
 
+#: The database servers' process names (their CPU: server_cpu_seconds).
+SERVERS = ('mariadbd', 'mysqld', 'postgres')
+
+
+def server_cpu_seconds():
+    """CPU seconds used so far by the database servers' processes on this
+    machine (Linux's /proc)."""
+    tick = os.sysconf('SC_CLK_TCK')
+    total = 0
+    for entry in Path('/proc').iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / 'stat').read_text()
+        except OSError:
+            continue
+        command = stat[stat.index('(') + 1:stat.rindex(')')]
+        if command in SERVERS:
+            fields = stat[stat.rindex(')') + 2:].split()
+            total += int(fields[11]) + int(fields[12])
+    return round(total / tick, 2)
+
+
 def tail(text, lines=TAIL_LINES):
     return '\n'.join(text.strip().splitlines()[-lines:])
 
