@@ -107,8 +107,9 @@ def blocks(db, commits, rounds, polls=1):
                 for count in range(commits):
                     target['n'] = count
                     tm.commit()
+                    # Polls: the first sees the commit, the others none.
                     for _ in range(polls):
-                        other_tm.begin()    # a poll that sees the commit
+                        other_tm.begin()
                     assert other.root()['target']['n'] == count
                 found[side].append((time.perf_counter() - started) / commits)
                 cpu[side].append((server_cpu_seconds() - server) / commits)
