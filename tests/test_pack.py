@@ -1027,6 +1027,27 @@ def test_postgresql_packs_with_its_wal_compressed(open_storage, backend,
     db.close()
 
 
+def test_postgresql_packs_writing_its_files_as_it_goes(open_storage, backend,
+                                                      monkeypatch):
+    """The pack's session asks the kernel to write what it writes to the
+    server's files as it goes (backend_flush_after), where the server
+    leaves it at 0, so that no burst of it stalls others' commits 30
+    seconds later; a server-wide choice stays."""
+    if not backend.name.startswith('postgresql'):
+        pytest.skip('a PostgreSQL setting')
+    storage = open_storage()
+    packer = storage._adapter.packer
+    server = query(storage, 'SHOW backend_flush_after')[0][0]
+    db = ZODB.DB(storage)
+    _build(db, 20)
+    seen = _record_setting(monkeypatch, packer, 'doomed',
+                           'backend_flush_after')
+    _pack(storage)
+    assert seen and set(seen) == (
+        {packer.FLUSH_AFTER} if server == '0' else {server}), seen
+    db.close()
+
+
 def _record_setting(monkeypatch, packer, name, setting):
     """Have ``packer.name`` (a method taking the cursor first) record the
     session's ``setting`` before each call; returns the list of values."""

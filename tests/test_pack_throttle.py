@@ -52,11 +52,11 @@ def _report(pacer):
     return notes.notes
 
 
-def _batch(pacer, clock, seconds, waiters=None):
+def _batch(pacer, clock, seconds, waiters=None, logged=None):
     """A batch of ``seconds`` on the fake clock, then the pacer's turn."""
     started = clock[0]
     clock[0] += seconds
-    pacer.pause(started, waiters)
+    pacer.pause(started, waiters, logged)
 
 
 def test_where_waits_are_known_only_a_batch_someone_waited_for_pauses(
@@ -209,7 +209,65 @@ def test_the_pacer_says_nothing_without_pauses(monkeypatch):
     assert _report(pacer) == []
 
 
+def test_a_batch_that_wrote_much_log_makes_the_next_smaller(monkeypatch):
+    """Where the database tells its log's position, a batch is sized to
+    write at most LOG_TARGET bytes of it, however quick it was: another
+    client's commit waits for the log written before it to reach the
+    disk."""
+    clock, slept = _fake_time(monkeypatch)
+    monkeypatch.setattr(pack_throttle, 'LOG_TARGET', 1000)
+    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True)
+    first = pack_throttle.FIRST_BATCH
+    _batch(pacer, clock, 0.1, 0, logged=50_000)  # where it stood: no size
+    assert pacer.size == 2 * first                # (by time alone)
+    _batch(pacer, clock, 0.1, 0, logged=52_000)  # twice the target
+    assert pacer.size == first
+    _batch(pacer, clock, 0.1, 0, logged=52_100)  # a tenth: by time
+    assert pacer.size == 2 * first
+    _batch(pacer, clock, 0.1, 0, logged=92_100)  # 40 times: by a quarter
+    assert pacer.size == first // 2
+    _batch(pacer, clock, 0.8, 0, logged=92_600)  # half: slower than time
+    assert pacer.size == int(first // 2 * 1.25)
+    assert slept == []
+
+
+def test_the_log_written_is_in_the_debug_log(monkeypatch, caplog):
+    clock, _ = _fake_time(monkeypatch)
+    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True)
+    with caplog.at_level('DEBUG', logger='relstorage.pack.throttle'):
+        _batch(pacer, clock, 0.5, 0, logged=10_000_000)
+        _batch(pacer, clock, 0.5, 0, logged=12_500_000)
+    lines = [r.getMessage() for r in caplog.records
+             if r.name == 'relstorage.pack.throttle']
+    assert lines[0].startswith('pack: batch 1 took 0.500s; ')
+    assert lines[1].startswith('pack: batch 2 took 0.500s (2.5 MB of log); ')
+
+
 # -- on a database ---------------------------------------------------------
+
+def test_a_batch_end_tells_waiters_and_where_the_log_stands(open_storage,
+                                                          backend):
+    """``batch_end``: PostgreSQL tells its WAL's position, which grows
+    with what a transaction writes; the others say None."""
+    storage = open_storage()
+    adapter = storage._adapter
+    cm, packer = adapter.connmanager, adapter.packer
+    conn = cm.connect()
+    cursor = conn.cursor()
+    try:
+        cm.begin_write(cursor, 'test')
+        waiters, before = packer.batch_end(cursor)
+        cursor.execute('UPDATE commit_row SET tid = tid WHERE id = 0')
+        waiters_after, after = packer.batch_end(cursor)
+        cm.rollback(conn, cursor)
+    finally:
+        cm.close(conn, cursor)
+    if backend.marker == 'postgresql':
+        assert (waiters, waiters_after) == (0, 0)
+        assert isinstance(before, int) and after > before > 0
+    else:
+        assert before is None and after is None
+        assert waiters_after == waiters
 
 def _waiting_for_locks(storage, backend):
     """How many sessions of the database wait for a lock now.  (MariaDB:

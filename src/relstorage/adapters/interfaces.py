@@ -626,6 +626,12 @@ class IPacker(Interface):
         end of each deletion batch, inside its transaction, without
         failing it."""
 
+    def batch_end(cursor):
+        """``(waiters, logged)`` at the end of a batch's transaction, in
+        one round trip where the database allows: ``waiters(cursor)`` and
+        the position of the database's log in bytes (None where it does
+        not tell)."""
+
     def stop_gc(cursor):
         """The pack in pack_run removes no more garbage from now on."""
 

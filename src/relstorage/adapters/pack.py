@@ -12,8 +12,7 @@ The tables are those of migration step 0003-pack:
 The walk and the deletions are joins against these tables, never
 sub-queries over the object table.  Statements are written here with
 ``?`` placeholders; a database whose driver wants ``%s`` sets ``PARAM``
-and gets them rewritten once per statement.
-"""
+and gets them rewritten once per statement."""
 import functools
 
 from relstorage.adapters.interfaces import IPacker
@@ -32,7 +31,6 @@ FORMAT = 2
 ALL = (1 << 63) - 1
 
 
-
 @functools.lru_cache(maxsize=None)
 def _with_param(statement, param):
     """``statement`` with its ``?`` placeholders written as ``param``
@@ -42,14 +40,14 @@ def _with_param(statement, param):
         return statement
     return statement.replace('?', param)
 
+
 class RefsState:
     """The row of ``pack_state``: how far the reference analysis has got.
 
     ``scan_tid`` is not 0 while a first analysis reads every current
     revision up to it in key order (``scan_zoid`` is the last object read);
     otherwise every current revision up to ``(refs_tid, refs_zoid)`` in
-    (tid, zoid) order has been analysed.
-    """
+    (tid, zoid) order has been analysed."""
 
     __slots__ = ('refs_tid', 'refs_zoid', 'scan_tid', 'scan_zoid')
 
@@ -373,6 +371,10 @@ class Packer:
         Asked at the end of each deletion batch, inside its transaction;
         it must not fail that transaction."""
         return None
+
+    def batch_end(self, cursor):
+        # (IPacker.batch_end: where the log stands, unknown by default.)
+        return self.waiters(cursor), None
 
     #: The last commit's tid and how slow its client's commits were, which
     #: every ordinary commit records (step 0008-commit-time).

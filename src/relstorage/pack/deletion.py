@@ -180,12 +180,12 @@ class DeletionSteps:
                     packer.update_run(cursor, run.phase, upto)
                     # Before the COMMIT: a client held up by this batch
                     # still waits for its locks.
-                    return applied, packer.waiters(cursor)
-                applied, waiters = self._write_again(batch)
+                    return applied, packer.batch_end(cursor)
+                applied, (waiters, logged) = self._write_again(batch)
                 skipped += len(rows) - applied
                 run.upto = upto
                 progress.add(len(rows))
-                pacer.pause(started, waiters)
+                pacer.pause(started, waiters, logged)
         finally:
             progress.end_phase()
             pacer.report(progress)

@@ -184,8 +184,9 @@ class _Session(AnalysisSteps, DeletionSteps):
             return self.write(apply)
         packer, cursor = self.packer, self.cursor
         started = time.monotonic()
-        result, waiters = self.write(lambda: (apply(), packer.waiters(cursor)))
-        pacer.pause(started, waiters)
+        result, (waiters, logged) = self.write(
+            lambda: (apply(), packer.batch_end(cursor)))
+        pacer.pause(started, waiters, logged)
         return result
 
     def _last_tid(self):
