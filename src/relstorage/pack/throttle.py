@@ -155,13 +155,15 @@ class Pacer:
         """How much larger the next batch should be than the last (which
         took ``busy`` seconds and wrote ``self.written`` bytes of log):
         sized to the target's time and to LOG_TARGET, whichever is less,
-        changing by at most four times at once."""
+        changing by at most four times at once; None (the same size)
+        where batches are not sized (pack-batch-timeout 0)."""
         target = self.target * self.scale
-        factor = target / busy if busy > 0 and target > 0 else None
+        if busy <= 0 or target <= 0:
+            return None
+        factor = target / busy
         if self.written and self.written > 0:
-            by_log = LOG_TARGET / self.written
-            factor = by_log if factor is None else min(factor, by_log)
-        return None if factor is None else min(2.0, max(0.25, factor))
+            factor = min(factor, LOG_TARGET / self.written)
+        return min(2.0, max(0.25, factor))
 
     def pause(self, started, waiters=None, logged=None):
         """After a batch begun at ``started`` (monotonic), for which

@@ -157,7 +157,8 @@ class _PostgreSQLPacker(Packer):
     def _flush_early(self, cursor):
         cursor.execute("SELECT current_setting('backend_flush_after')")
         if cursor.fetchone()[0] == '0':
-            cursor.execute(f"SET backend_flush_after = '{self.FLUSH_AFTER}'")
+            cursor.execute("SELECT set_config('backend_flush_after', %s, "
+                           "false)", (self.FLUSH_AFTER,))
 
     #: Compresses the full-page images of the pack's session's WAL with
     #: lz4 where the server has it (PostgreSQL 15 and later, built with
