@@ -269,6 +269,7 @@ def test_a_batch_end_tells_waiters_and_where_the_log_stands(open_storage,
         assert before is None and after is None
         assert waiters_after == waiters
 
+
 def _waiting_for_locks(storage, backend):
     """How many sessions of the database wait for a lock now.  (MariaDB:
     its UPDATE is under way.  Polled often, its lock tables kept that

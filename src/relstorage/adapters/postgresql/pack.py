@@ -207,24 +207,20 @@ class _PostgreSQLPacker(Packer):
         return count
 
     #: Sessions waiting for a lock this session's transaction holds (row
-    #: locks included: a row's waiter waits for its transaction's lock).
-    #: No privilege needed.
-    WAITERS = """
-        SELECT COUNT(*) FROM pg_stat_activity
+    #: locks included: a row's waiter waits for its transaction's lock),
+    #: and where the WAL's insertion stands, in bytes.  No privilege
+    #: needed (the pack runs on a primary).
+    BATCH_END = """
+        SELECT COUNT(*),
+               pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint
+        FROM pg_stat_activity
         WHERE datname = current_database()
           AND pid <> pg_backend_pid()
           AND pg_backend_pid() = ANY(pg_blocking_pids(pid))"""
     counts_waiters = True
 
     def waiters(self, cursor):
-        cursor.execute(self.WAITERS)
-        return int(cursor.fetchone()[0])
-
-    #: The same and where the WAL's insertion stands, in bytes (no
-    #: privilege needed; the pack runs on a primary).
-    BATCH_END = WAITERS.replace(
-        'COUNT(*)', "COUNT(*), "
-        "pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint")
+        return self.batch_end(cursor)[0]
 
     def batch_end(self, cursor):
         cursor.execute(self.BATCH_END)
