@@ -27,15 +27,17 @@ QUIET_KEPT = 50
 #: slowing others (halved each time, grown back by a quarter otherwise).
 LEAST_SCALE = 0.125
 #: The most log (bytes) a batch is sized to write, where the database
-#: tells its log's position (PostgreSQL's WAL).  Another client's commit
-#: waits until all the log written before its own is on disk, and what a
-#: batch writes stays unflushed until the batch commits (or the server's
-#: log writer gets to it): a commit begun late in a large batch waits for
-#: most of it.  At 1,000,000 documents on PostgreSQL the pass by page
-#: writes about 70 MB of WAL a second, so a batch of 0.25 s about 17 MB;
-#: sized to 1 MB, a writer's p50 during the deletions was 5.1-5.7 ms
-#: instead of 7.4-8.0, the pass as fast (docs/performance.rst, "WAL-sized
-#: batches").
+#: tells its log's position (PostgreSQL's WAL, MariaDB's redo log).
+#: Another client's commit waits until all the log written before its
+#: own is on disk, and what a batch writes stays unflushed until the
+#: batch commits (or the server's log writer gets to it): a commit begun
+#: late in a large batch waits for most of it.  At 1,000,000 documents on
+#: PostgreSQL the pass by page writes about 70 MB of WAL a second, so a
+#: batch of 0.25 s about 17 MB; sized to 1 MB, a writer's p50 during the
+#: deletions was 5.1-5.7 ms instead of 7.4-8.0, the pass as fast
+#: (docs/performance.rst, "WAL-sized batches").  MariaDB's deletions with
+#: a buffer pool that holds the database write about 50 MB of redo a
+#: second (its "with a buffer pool that holds the database").
 LOG_TARGET = 2**20
 
 
@@ -72,7 +74,7 @@ class Pacer:
       then).
 
     Where the database tells where its log stands at the end of each batch
-    (``logged``: PostgreSQL), batches are also sized to write at most
+    (``logged``: PostgreSQL, MariaDB), batches are also sized to write at most
     LOG_TARGET bytes of it, pauses or none."""
 
     def __init__(self, options, last_tid, waits_known=False, watch=None):
