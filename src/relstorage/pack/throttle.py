@@ -36,8 +36,9 @@ LEAST_SCALE = 0.125
 #: batch of 0.25 s about 17 MB; sized to 1 MB, a writer's p50 during the
 #: deletions was 5.1-5.7 ms instead of 7.4-8.0, the pass as fast
 #: (docs/performance.rst, "WAL-sized batches").  MariaDB's deletions with
-#: a buffer pool that holds the database write about 50 MB of redo a
-#: second (its "with a buffer pool that holds the database").
+#: a buffer pool that holds the database write 40-50 MB of redo a
+#: second, its batches of 0.25 s about 9 MB (docs/performance.rst,
+#: "MariaDB with a buffer pool that holds the database").
 LOG_TARGET = 2**20
 
 
