@@ -235,7 +235,7 @@ def activity_summary(samples):
                     seen[item] += 1
             out[key] = {item: count * SAMPLE_EVERY
                         for item, count in seen.items()}
-        elif key in ('dirty', 'pages', 'history'):
+        elif key in ('dirty', 'pages', 'history', 'checkpoint_mb'):
             out[f'{key}_max'] = max(sample[key] for _, sample in samples)
         else:
             out[key] = round(value - first[key], 1)

@@ -118,6 +118,9 @@ class _Watch:
 def test_a_batch_during_which_a_commit_was_slowed_pauses_and_shrinks(
         monkeypatch):
     clock, slept = _fake_time(monkeypatch)
+    monkeypatch.setattr(pack_throttle, 'REST_STEP', 0.125)
+    options = _Options()
+    options.pack_max_delay = 0.7    # banked: a pause and one step more
     watch = _Watch([0.005],             # under SLOW_FLOOR: not looked at
                    [0.05, 0.004],       # one slowed: the probe learns
                    [0.03], [0.004, 0.006],  # the usual (its second half)
@@ -126,16 +129,19 @@ def test_a_batch_during_which_a_commit_was_slowed_pauses_and_shrinks(
                    [0.02], [],          # (a pause without commits)
                    [],                  # no commit: nobody slowed
                    [0.05],              # slowed again
-                   [0.0], [0.04] * 3,   # the usual is now 0.04...
+                   [0.0], [0.04] * 3,   # still slowed: the pause goes on
+                   [0.04] * 3,          # a step; the bank spent, so the
+                                        # usual is now 0.04...
                    [0.05, 0.03],        # ... under twice that: not slowed
                    None)                # the watch stopped telling
-    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
+    pacer = pack_throttle.Pacer(options, pytest.fail, waits_known=True,
                                 watch=watch)
     sizes = []
     for _ in range(7):
         _batch(pacer, clock, 0.5, 0)
         sizes.append(pacer.size)
-    assert slept == [pack_throttle.PROBE / 2] * 2 + [pytest.approx(0.25)] * 6
+    assert slept == ([pack_throttle.PROBE / 2] * 2 + [pytest.approx(0.25)] * 6
+                     + [0.125])
     assert watch.answers == []
     # Batches sized to a second, then to half, a quarter of it..., and
     # back up a quarter at a time.
@@ -145,8 +151,75 @@ def test_a_batch_during_which_a_commit_was_slowed_pauses_and_shrinks(
     assert pacer.scale == pytest.approx(1.0 / 2 / 2 * 1.25 / 2 * 1.25)
     assert pacer.quiet == [0.004, 0.006, 0.005, 0.04, 0.04, 0.04]
     assert _report(pacer) == ['3 of 7 batches followed by a pause while other '
-                           'clients committed slower, 1.5s in all '
+                           'clients committed slower, 1.6s in all '
                            '(pack-duty-cycle 0.5)']
+
+
+def test_a_pause_goes_on_while_commits_are_still_slowed(monkeypatch):
+    """Whatever the batches set going on the server (a page cleaner, a
+    checkpoint) can outlast a pause as long as one batch: the pause goes
+    on, a step at a time, while the commits the watch sees are still
+    slowed, spending the pauses banked by the batches that had none; it
+    stops at the first step whose commits are not."""
+    clock, slept = _fake_time(monkeypatch)
+    monkeypatch.setattr(pack_throttle, 'REST_STEP', 0.125)
+    watch = _Watch([0.005],                     # banks 0.5s
+                   [0.004],                     # banks 1.0s
+                   [0.02], [], [0.003, 0.004],  # slowed; the probe learns
+                   [], [0.03],                  # the pause: still slowed
+                   [0.025], [0.02],             # two steps: still
+                   [0.004],                     # a third: no longer
+                   [0.003])
+    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
+                                watch=watch)
+    for _ in range(4):
+        _batch(pacer, clock, 0.5, 0)
+    assert slept == [pack_throttle.PROBE / 2] * 2 + [0.25] * 2 + [0.125] * 3
+    assert watch.answers == []
+    assert pacer.paused == pytest.approx(0.875)
+    # The bank: 1.5s earned by three batches, 0.875s spent; the fourth
+    # batch's share is banked too.
+    assert pacer.bank == pytest.approx(1.5 - 0.875 + 0.5)
+    # The commits of the step that ended it become the usual.
+    assert pacer.quiet == [0.003, 0.004, 0.004]
+
+
+def test_a_pause_goes_on_no_longer_than_the_bank(monkeypatch):
+    """The pauses in all stay within pack-duty-cycle: a pause goes on only
+    as far as the batches before it banked, and never beyond
+    pack-max-delay.  A slowness a whole such pause did not relieve is not
+    the batches': it becomes the usual."""
+    clock, slept = _fake_time(monkeypatch)
+    monkeypatch.setattr(pack_throttle, 'REST_STEP', 0.125)
+    watch = _Watch([0.004], [0.004], [0.004],   # 0.75s banked
+                   [0.05],                      # slowed: 1.0s earned
+                   [], [0.05],                  # the pause, then steps
+                   *[[0.05]] * 4,               # up to pack-max-delay
+                   [0.05])                      # the usual now: no pause
+    options = _Options()
+    options.pack_max_delay = 0.75
+    pacer = pack_throttle.Pacer(options, pytest.fail, waits_known=True,
+                                watch=watch)
+    pacer.probed = True
+    pacer.quiet = [0.004]
+    for _ in range(5):
+        _batch(pacer, clock, 0.25, 0)
+    assert slept == [0.125] * 6
+    assert watch.answers == []
+    assert pacer.pauses == 1 and pacer.paused == 0.75
+    assert pacer.quiet == [0.004, 0.05]
+
+
+def test_without_a_watch_a_pause_is_as_long_as_the_duty_cycle_says(
+        monkeypatch):
+    """Where nothing measures the commits during a pause (lock waits known,
+    or SQLite's commits), it is never drawn out."""
+    clock, slept = _fake_time(monkeypatch)
+    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True)
+    for _ in range(3):
+        _batch(pacer, clock, 0.5, 0)
+    _batch(pacer, clock, 0.5, 1)
+    assert slept == [pytest.approx(0.5)]
 
 
 def test_without_a_usual_the_floor_alone_judges(monkeypatch):

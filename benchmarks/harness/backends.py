@@ -315,18 +315,22 @@ class MariaDB:
 
     def activity(self, name):
         """What InnoDB does behind the clients (see PostgreSQL.activity):
-        the purge backlog, dirty pages, pages written back and redo
-        written.  Counters are cumulative."""
+        the purge backlog, dirty pages, pages written back, redo
+        written and the checkpoint's age.  Counters are cumulative."""
         history, dirty, pages = self.background_work()
         status = dict(self._admin(
             "SHOW GLOBAL STATUS WHERE Variable_name IN "
             "('Innodb_buffer_pool_pages_flushed', 'Innodb_os_log_written', "
-            "'Innodb_data_reads')"))
+            "'Innodb_data_reads', 'Innodb_checkpoint_age')"))
         return {'history': history, 'dirty': dirty, 'pages': pages,
                 'flushed': int(status['Innodb_buffer_pool_pages_flushed']),
                 'reads': int(status['Innodb_data_reads']),
                 'redo_mb': round(int(status['Innodb_os_log_written'])
-                                 / 2**20, 1)}
+                                 / 2**20, 1),
+                # (Redo written since the last checkpoint: InnoDB's page
+                # cleaner writes harder as it nears the log's capacity.)
+                'checkpoint_mb': round(int(status.get(
+                    'Innodb_checkpoint_age', 0)) / 2**20, 1)}
 
     def settings(self):
         """The server settings a pack's speed depends on most."""

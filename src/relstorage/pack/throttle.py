@@ -26,6 +26,13 @@ QUIET_KEPT = 50
 #: The least share of pack-batch-timeout that batches are sized to after
 #: slowing others (halved each time, grown back by a quarter otherwise).
 LEAST_SCALE = 0.125
+#: Where the watch tells, a pause goes on in steps of this many seconds
+#: while the commits it saw in the step before were still slowed (an
+#: InnoDB page cleaner or a PostgreSQL checkpoint the batches set going
+#: outlasts a pause as long as one batch), for as long as the pauses
+#: banked allow: the duty cycle's share of the batches that were not
+#: followed by one (never more than pack-max-delay).
+REST_STEP = 0.1
 #: The most log (bytes) a batch is sized to write, where the database
 #: tells its log's position (PostgreSQL's WAL, MariaDB's redo log).
 #: Another client's commit waits until all the log written before its
@@ -110,6 +117,8 @@ class Pacer:
         self.batches = self.pauses = 0
         self.paused = 0.0
         self.by_commits = self.by_slowing = False
+        #: Seconds of pause the duty cycle allows and no pause has spent.
+        self.bank = 0.0
 
     def _committed(self):
         """Whether a transaction was committed since the last call (False
@@ -136,23 +145,52 @@ class Pacer:
         if self.longest is not None and self.longest > SLOW_FLOOR:
             if not self.probed:
                 self.probed = True
-                self._quiet(PROBE)
-            usual = self._usual()
-            slowed = usual is None or self.longest > SLOWER * usual
+                self._learn(self._quiet(PROBE))
+            slowed = self._slow(seen)
         self.scale = (max(LEAST_SCALE, self.scale / 2) if slowed
                       else min(1.0, self.scale * 1.25))
         return slowed
 
+    def _slow(self, seen):
+        """Whether the longest of the commits ``seen`` (seconds) was
+        slowed: longer than SLOW_FLOOR and than SLOWER times the usual."""
+        if not seen or max(seen) <= SLOW_FLOOR:
+            return False
+        usual = self._usual()
+        return usual is None or max(seen) > SLOWER * usual
+
+    def _learn(self, seen):
+        """Keep the commits ``seen`` while no batch ran as the usual."""
+        if seen:
+            self.quiet = (self.quiet + seen)[-QUIET_KEPT:]
+
     def _quiet(self, seconds):
-        """Wait ``seconds`` without a batch, keeping the commits the watch
-        saw in the second half of the wait (the first is left to commits
-        the batch slowed, still under way after it)."""
+        """Wait ``seconds`` without a batch; the commits the watch saw in
+        the second half of the wait (the first is left to commits the
+        batch slowed, still under way after it)."""
         time.sleep(seconds / 2)
         self.watch.take()
         time.sleep(seconds / 2)
-        seen = self.watch.take()
-        if seen:
-            self.quiet = (self.quiet + seen)[-QUIET_KEPT:]
+        return self.watch.take()
+
+    def _rest(self, delay):
+        """Pause ``delay`` seconds, then on in steps of REST_STEP while the
+        watch still sees commits slowed, as far as the bank allows; the
+        commits of the last step (or half) become the usual.  Returns the
+        seconds paused."""
+        seen = self._quiet(delay)
+        paused = delay
+        while self._slow(seen) and paused + REST_STEP <= self.bank:
+            time.sleep(REST_STEP)
+            seen = self.watch.take()
+            paused += REST_STEP
+        # Still slowed when the bank ran out: a slowness the rest did not
+        # relieve is not the batches', and becomes the usual.
+        self._learn(seen)
+        if paused > delay:
+            log.debug('pack: the pause went on to %.3fs while others\' '
+                      'commits were still slower', paused)
+        return paused
 
     def _factor(self, busy):
         """How much larger the next batch should be than the last (which
@@ -184,6 +222,8 @@ class Pacer:
             self.size = int(min(MAX_BATCH, max(MIN_BATCH, self.size * factor)))
         if self.duty >= 1.0:
             return
+        share = busy * (1.0 - self.duty) / self.duty
+        self.bank = min(self.max_delay, self.bank + share)
         if waiters:
             held_up = True
         elif slowed is not None:
@@ -203,11 +243,12 @@ class Pacer:
                   _seconds(self._usual()), 'pause' if held_up else 'no pause',
                   self.size)
         if held_up:
-            delay = min(busy * (1.0 - self.duty) / self.duty, self.max_delay)
+            delay = min(share, self.max_delay)
             if self.watch is not None:
-                self._quiet(delay)
+                delay = self._rest(delay)
             else:
                 time.sleep(delay)
+            self.bank = max(0.0, self.bank - delay)
             self.pauses += 1
             self.paused += delay
 
