@@ -286,22 +286,45 @@ def test_a_batch_that_wrote_much_log_makes_the_next_smaller(monkeypatch):
     """Where the database tells its log's position, a batch is sized to
     write at most LOG_TARGET bytes of it, however quick it was: another
     client's commit waits for the log written before it to reach the
-    disk."""
+    disk.  The position moves with the log of other sessions too (on
+    MariaDB, the purge of what earlier batches deleted), which does not
+    grow with the batch: batches are sized by the least log per object of
+    the last LOG_KEPT measured."""
     clock, slept = _fake_time(monkeypatch)
     monkeypatch.setattr(pack_throttle, 'LOG_TARGET', 1000)
+    monkeypatch.setattr(pack_throttle, 'LOG_KEPT', 2)
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True)
     first = pack_throttle.FIRST_BATCH
     _batch(pacer, clock, 0.1, 0, logged=50_000)  # where it stood: no size
     assert pacer.size == 2 * first                # (by time alone)
     _batch(pacer, clock, 0.1, 0, logged=52_000)  # twice the target
     assert pacer.size == first
-    _batch(pacer, clock, 0.1, 0, logged=52_100)  # a tenth: by time
+    _batch(pacer, clock, 0.1, 0, logged=52_100)  # a fifth: by time
     assert pacer.size == 2 * first
-    _batch(pacer, clock, 0.1, 0, logged=92_100)  # 40 times: by a quarter
-    assert pacer.size == first // 2
-    _batch(pacer, clock, 0.8, 0, logged=92_600)  # half: slower than time
-    assert pacer.size == int(first // 2 * 1.25)
+    _batch(pacer, clock, 0.1, 0, logged=92_100)  # 40 times: others' log
+    assert pacer.size == 4 * first                # (by time)
+    _batch(pacer, clock, 0.1, 0, logged=172_100)  # 40 times again: its own
+    assert pacer.size == first                      # by a quarter
+    _batch(pacer, clock, 0.8, 0, logged=172_600)  # half: slower than time
+    assert pacer.size == int(first * 1.25)
     assert slept == []
+
+
+def test_the_log_across_a_pause_is_not_the_batchs(monkeypatch):
+    """What the log's position moved by during a pause was written by
+    others: the batch after a pause is not measured."""
+    clock, slept = _fake_time(monkeypatch)
+    monkeypatch.setattr(pack_throttle, 'LOG_TARGET', 1000)
+    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True)
+    _batch(pacer, clock, 0.1, 0, logged=50_000)
+    _batch(pacer, clock, 0.1, 1, logged=50_500)     # waited for: a pause
+    assert pacer.per_object == [0.5]
+    _batch(pacer, clock, 0.1, 0, logged=150_500)    # not measured
+    assert pacer.per_object == [0.5] and pacer.written is None
+    size = pacer.size
+    _batch(pacer, clock, 0.1, 0, logged=151_500)
+    assert pacer.per_object == [0.5, 1000 / size]
+    assert slept == [pytest.approx(0.1)]
 
 
 def test_the_log_written_is_in_the_debug_log(monkeypatch, caplog):

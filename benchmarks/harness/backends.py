@@ -311,7 +311,45 @@ class MariaDB:
                     dirty <= dirty_share * pages or now - since >= stalled):
                 break
             time.sleep(2.0)
+        self.checkpoint(timeout - (time.monotonic() - started))
         return time.monotonic() - started
+
+    def checkpoint_age(self):
+        """``(age, most)``: the redo written since InnoDB's last checkpoint
+        and the age at which it makes every writer wait for page
+        flushes (Innodb_checkpoint_age, Innodb_checkpoint_max_age)."""
+        status = dict(self._admin(
+            "SHOW GLOBAL STATUS WHERE Variable_name IN "
+            "('Innodb_checkpoint_age', 'Innodb_checkpoint_max_age')"))
+        return (int(status['Innodb_checkpoint_age']),
+                int(status['Innodb_checkpoint_max_age']))
+
+    def checkpoint(self, timeout, share=0.05):
+        """What PostgreSQL's settle does with a CHECKPOINT: write back the
+        dirty pages until the checkpoint age is below ``share`` of its
+        most, by setting innodb_max_dirty_pages_pct to 0 for as long
+        (at most ``timeout`` seconds), then back.  MariaDB has no
+        CHECKPOINT statement; an idle server with
+        innodb_max_dirty_pages_pct_lwm at 0 leaves the age where the step
+        before left it (seen: 511 MB of a 1 GB redo log after a build), and
+        a pack that starts there writes its own redo into a log already
+        half full: the page cleaner then flushes in bursts that stall the
+        writer's commits (Innodb_checkpoint_age near its most all through
+        the deletions).  A site packs a server that has had time to
+        write its pages back."""
+        started = time.monotonic()
+        age, most = self.checkpoint_age()
+        if age <= share * most:
+            return
+        (before,), = self._admin('SELECT @@GLOBAL.innodb_max_dirty_pages_pct')
+        try:
+            self._admin('SET GLOBAL innodb_max_dirty_pages_pct = 0')
+            while (age > share * most
+                   and time.monotonic() - started < timeout):
+                time.sleep(1.0)
+                age, most = self.checkpoint_age()
+        finally:
+            self._admin(f'SET GLOBAL innodb_max_dirty_pages_pct = {before}')
 
     def activity(self, name):
         """What InnoDB does behind the clients (see PostgreSQL.activity):

@@ -47,6 +47,15 @@ REST_STEP = 0.1
 #: second, its batches of 0.25 s about 9 MB (docs/performance.rst,
 #: "MariaDB with a buffer pool that holds the database").
 LOG_TARGET = 2**20
+#: The log a batch wrote is what the database's position moved by from
+#: the end of the batch before: with the other sessions' log in it, and
+#: on MariaDB the purge threads', which remove what earlier batches
+#: deleted and at times log more than the batch itself (seen: batches of
+#: 20 objects, 5 ms, "writing" 1-2 MB).  Neither depends on the size of
+#: the batch, so batches are sized by the least log per object of the
+#: last LOG_KEPT batches measured, and a batch after a pause is not
+#: measured (the pause's log is not its own).
+LOG_KEPT = 32
 
 
 def _seconds(value):
@@ -107,6 +116,8 @@ class Pacer:
         #: the bytes of log written from the end of the one before (None
         #: where the database does not tell).
         self.logged = self.written = None
+        #: The log per object of the latest batches measured.
+        self.per_object = []
         if not waits_known and watch is None and self.duty < 1.0:
             # A commit during the first batch counts.
             self._committed()
@@ -202,8 +213,9 @@ class Pacer:
         if busy <= 0 or target <= 0:
             return None
         factor = target / busy
-        if self.written and self.written > 0:
-            factor = min(factor, LOG_TARGET / self.written)
+        least = min(self.per_object) if self.per_object else 0
+        if least > 0:
+            factor = min(factor, LOG_TARGET / (least * self.size))
         return min(2.0, max(0.25, factor))
 
     def pause(self, started, waiters=None, logged=None):
@@ -213,9 +225,12 @@ class Pacer:
         busy = time.monotonic() - started
         self.batches += 1
         slowed = self._slowed()
+        self.written = None
         if logged is not None:
             if self.logged is not None:
                 self.written = logged - self.logged
+                self.per_object = (self.per_object + [
+                    self.written / self.size])[-LOG_KEPT:]
             self.logged = logged
         factor = self._factor(busy)
         if factor is not None:
@@ -245,9 +260,12 @@ class Pacer:
         if held_up:
             delay = min(share, self.max_delay)
             if self.watch is not None:
-                delay = self._rest(delay)
+                # At least a step, where the bank allows: a pause as short
+                # as a batch of 10 ms sees no commit to judge by.
+                delay = self._rest(max(delay, min(REST_STEP, self.bank)))
             else:
                 time.sleep(delay)
+            self.logged = None
             self.bank = max(0.0, self.bank - delay)
             self.pauses += 1
             self.paused += delay
