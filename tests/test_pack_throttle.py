@@ -118,6 +118,7 @@ class _Watch:
 def test_a_batch_during_which_a_commit_was_slowed_pauses_and_shrinks(
         monkeypatch):
     clock, slept = _fake_time(monkeypatch)
+    monkeypatch.setattr(pack_throttle, 'PROBES', 1)   # one probe
     monkeypatch.setattr(pack_throttle, 'REST_STEP', 0.125)
     options = _Options()
     options.pack_max_delay = 0.7    # banked: a pause and one step more
@@ -162,6 +163,7 @@ def test_a_pause_goes_on_while_commits_are_still_slowed(monkeypatch):
     slowed, spending the pauses banked by the batches that had none; it
     stops at the first step whose commits are not."""
     clock, slept = _fake_time(monkeypatch)
+    monkeypatch.setattr(pack_throttle, 'PROBES', 1)   # one probe
     monkeypatch.setattr(pack_throttle, 'REST_STEP', 0.125)
     watch = _Watch([0.005],                     # banks 0.5s
                    [0.004],                     # banks 1.0s
@@ -222,10 +224,31 @@ def test_without_a_watch_a_pause_is_as_long_as_the_duty_cycle_says(
     assert slept == [pytest.approx(0.5)]
 
 
+def test_the_probe_goes_on_until_it_saw_a_few_commits(monkeypatch):
+    """One commit is no usual: the probe is repeated until it saw
+    PROBE_SEEN commits (at most PROBES times)."""
+    clock, slept = _fake_time(monkeypatch)
+    watch = _Watch([0.05],              # slowed: the probe
+                   [], [0.039],         # one commit: not enough
+                   [0.002], [],         # none
+                   [0.01], [0.004, 0.005],  # three: the usual
+                   [], [0.004],         # (the pause)
+                   [0.015],             # over twice 0.005: slowed
+                   [], [0.003])         # (the pause)
+    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
+                                watch=watch)
+    _batch(pacer, clock, 0.5, 0)
+    assert pacer.quiet[:3] == [0.039, 0.004, 0.005]
+    assert pacer._usual() == 0.005
+    _batch(pacer, clock, 0.5, 0)
+    assert pacer.pauses == 2 and watch.answers == []
+
+
 def test_without_a_usual_the_floor_alone_judges(monkeypatch):
     """No commit seen while no batch ran (a writer committing now and
     then): a commit over SLOW_FLOOR during a batch is enough."""
     clock, slept = _fake_time(monkeypatch)
+    monkeypatch.setattr(pack_throttle, 'PROBES', 1)   # one probe
     watch = _Watch([0.02], [], [],      # slowed; the probe saw none
                    [], [],              # (the pause: none either)
                    [0.009],             # under the floor
@@ -245,6 +268,7 @@ def test_each_batch_is_told_in_the_debug_log(monkeypatch, caplog):
     commit, and whether it paused (how an administrator checks what it
     decided)."""
     clock, _ = _fake_time(monkeypatch)
+    monkeypatch.setattr(pack_throttle, 'PROBES', 1)   # one probe
     watch = _Watch([0.05], [0.02], [0.004],     # slowed; the probe
                    [0.02], [0.003],             # (the pause's halves)
                    [0.005, 0.001])              # not slowed
@@ -286,45 +310,22 @@ def test_a_batch_that_wrote_much_log_makes_the_next_smaller(monkeypatch):
     """Where the database tells its log's position, a batch is sized to
     write at most LOG_TARGET bytes of it, however quick it was: another
     client's commit waits for the log written before it to reach the
-    disk.  The position moves with the log of other sessions too (on
-    MariaDB, the purge of what earlier batches deleted), which does not
-    grow with the batch: batches are sized by the least log per object of
-    the last LOG_KEPT measured."""
+    disk."""
     clock, slept = _fake_time(monkeypatch)
     monkeypatch.setattr(pack_throttle, 'LOG_TARGET', 1000)
-    monkeypatch.setattr(pack_throttle, 'LOG_KEPT', 2)
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True)
     first = pack_throttle.FIRST_BATCH
     _batch(pacer, clock, 0.1, 0, logged=50_000)  # where it stood: no size
     assert pacer.size == 2 * first                # (by time alone)
     _batch(pacer, clock, 0.1, 0, logged=52_000)  # twice the target
     assert pacer.size == first
-    _batch(pacer, clock, 0.1, 0, logged=52_100)  # a fifth: by time
+    _batch(pacer, clock, 0.1, 0, logged=52_100)  # a tenth: by time
     assert pacer.size == 2 * first
-    _batch(pacer, clock, 0.1, 0, logged=92_100)  # 40 times: others' log
-    assert pacer.size == 4 * first                # (by time)
-    _batch(pacer, clock, 0.1, 0, logged=172_100)  # 40 times again: its own
-    assert pacer.size == first                      # by a quarter
-    _batch(pacer, clock, 0.8, 0, logged=172_600)  # half: slower than time
-    assert pacer.size == int(first * 1.25)
+    _batch(pacer, clock, 0.1, 0, logged=92_100)  # 40 times: by a quarter
+    assert pacer.size == first // 2
+    _batch(pacer, clock, 0.8, 0, logged=92_600)  # half: slower than time
+    assert pacer.size == int(first // 2 * 1.25)
     assert slept == []
-
-
-def test_the_log_across_a_pause_is_not_the_batchs(monkeypatch):
-    """What the log's position moved by during a pause was written by
-    others: the batch after a pause is not measured."""
-    clock, slept = _fake_time(monkeypatch)
-    monkeypatch.setattr(pack_throttle, 'LOG_TARGET', 1000)
-    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True)
-    _batch(pacer, clock, 0.1, 0, logged=50_000)
-    _batch(pacer, clock, 0.1, 1, logged=50_500)     # waited for: a pause
-    assert pacer.per_object == [0.5]
-    _batch(pacer, clock, 0.1, 0, logged=150_500)    # not measured
-    assert pacer.per_object == [0.5] and pacer.written is None
-    size = pacer.size
-    _batch(pacer, clock, 0.1, 0, logged=151_500)
-    assert pacer.per_object == [0.5, 1000 / size]
-    assert slept == [pytest.approx(0.1)]
 
 
 def test_the_log_written_is_in_the_debug_log(monkeypatch, caplog):

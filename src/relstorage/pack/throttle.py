@@ -20,6 +20,8 @@ SLOWER = 2.0
 #: Seconds without a batch in which the watch learns what commits take
 #: when no batch runs, before the first judgement.
 PROBE = 0.2
+#: ... repeated (at most PROBES times) until it saw PROBE_SEEN commits.
+PROBE_SEEN, PROBES = 3, 5
 #: The commits seen without a batch that the usual is the median of (the
 #: latest).
 QUIET_KEPT = 50
@@ -47,15 +49,6 @@ REST_STEP = 0.1
 #: second, its batches of 0.25 s about 9 MB (docs/performance.rst,
 #: "MariaDB with a buffer pool that holds the database").
 LOG_TARGET = 2**20
-#: The log a batch wrote is what the database's position moved by from
-#: the end of the batch before: with the other sessions' log in it, and
-#: on MariaDB the purge threads', which remove what earlier batches
-#: deleted and at times log more than the batch itself (seen: batches of
-#: 20 objects, 5 ms, "writing" 1-2 MB).  Neither depends on the size of
-#: the batch, so batches are sized by the least log per object of the
-#: last LOG_KEPT batches measured, and a batch after a pause is not
-#: measured (the pause's log is not its own).
-LOG_KEPT = 32
 
 
 def _seconds(value):
@@ -84,7 +77,10 @@ class Pacer:
       while none was seen).
       Batches that slowed others are also made smaller (to LEAST_SCALE of
       pack-batch-timeout at the least), as a commit waits behind what the
-      batch wrote before it;
+      batch wrote before it; and their pause lasts at least REST_STEP
+      and goes on while the commits seen during it are still slowed, as
+      far as the pauses banked allow (``bank``: the duty cycle's share of
+      every batch, less the pauses made; at most pack-max-delay);
     - where it tells neither (``waiters`` None: SQLite, whose single
       writer makes every commit during a batch wait for it), a transaction
       committed since the previous batch (``last_tid()``, asked only
@@ -116,8 +112,6 @@ class Pacer:
         #: the bytes of log written from the end of the one before (None
         #: where the database does not tell).
         self.logged = self.written = None
-        #: The log per object of the latest batches measured.
-        self.per_object = []
         if not waits_known and watch is None and self.duty < 1.0:
             # A commit during the first batch counts.
             self._committed()
@@ -156,11 +150,22 @@ class Pacer:
         if self.longest is not None and self.longest > SLOW_FLOOR:
             if not self.probed:
                 self.probed = True
-                self._learn(self._quiet(PROBE))
+                self._probe()
             slowed = self._slow(seen)
         self.scale = (max(LEAST_SCALE, self.scale / 2) if slowed
                       else min(1.0, self.scale * 1.25))
         return slowed
+
+    def _probe(self):
+        """Learn the usual: probes of PROBE seconds until PROBE_SEEN
+        commits were seen in their second halves, at most PROBES of them.
+        (One commit is no usual: seen, a probe that caught a single
+        commit of 39 ms, while the writer's took 5, made that the usual
+        for the whole phase, and no batch after it counted as slowing.)"""
+        for _ in range(PROBES):
+            self._learn(self._quiet(PROBE))
+            if len(self.quiet) >= PROBE_SEEN:
+                break
 
     def _slow(self, seen):
         """Whether the longest of the commits ``seen`` (seconds) was
@@ -213,9 +218,8 @@ class Pacer:
         if busy <= 0 or target <= 0:
             return None
         factor = target / busy
-        least = min(self.per_object) if self.per_object else 0
-        if least > 0:
-            factor = min(factor, LOG_TARGET / (least * self.size))
+        if self.written and self.written > 0:
+            factor = min(factor, LOG_TARGET / self.written)
         return min(2.0, max(0.25, factor))
 
     def pause(self, started, waiters=None, logged=None):
@@ -225,12 +229,9 @@ class Pacer:
         busy = time.monotonic() - started
         self.batches += 1
         slowed = self._slowed()
-        self.written = None
         if logged is not None:
             if self.logged is not None:
                 self.written = logged - self.logged
-                self.per_object = (self.per_object + [
-                    self.written / self.size])[-LOG_KEPT:]
             self.logged = logged
         factor = self._factor(busy)
         if factor is not None:
@@ -265,7 +266,6 @@ class Pacer:
                 delay = self._rest(max(delay, min(REST_STEP, self.bank)))
             else:
                 time.sleep(delay)
-            self.logged = None
             self.bank = max(0.0, self.bank - delay)
             self.pauses += 1
             self.paused += delay
