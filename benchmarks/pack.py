@@ -10,8 +10,9 @@ own interpreter:
 1. ``build``: ``--objects`` documents in folders, updates, then half of
    them made unreachable (the same graph on both sides, from ``--seed``);
 2. the server settles: on MariaDB, a wait until InnoDB has purged the
-   build and written most of the pages it dirtied back
-   (``backends.MariaDB.settle``; the same for both sides, its seconds in
+   build and written most of the pages it dirtied back, then until its
+   checkpoint age is below 5 % of its most (as PostgreSQL's CHECKPOINT;
+   ``backends.MariaDB.settle``; the same for both sides, its seconds in
    the record), then the writer alone for
    ``--writer-seconds``: small commits, their latency (p50, p99) without
    a pack;
