@@ -32,8 +32,8 @@ LEAST_SCALE = 0.125
 #: while the commits it saw in the step before were still slowed (an
 #: InnoDB page cleaner or a PostgreSQL checkpoint the batches set going
 #: outlasts a pause as long as one batch), for as long as the pauses
-#: banked allow: the duty cycle's share of the batches that were not
-#: followed by one (never more than pack-max-delay).
+#: banked allow: the duty cycle's share of every batch, less the pauses
+#: made (never more than pack-max-delay).
 REST_STEP = 0.1
 #: The most log (bytes) a batch is sized to write, where the database
 #: tells its log's position (PostgreSQL's WAL, MariaDB's redo log).
