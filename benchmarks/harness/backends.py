@@ -331,12 +331,13 @@ class MariaDB:
         (at most ``timeout`` seconds), then back.  MariaDB has no
         CHECKPOINT statement; an idle server with
         innodb_max_dirty_pages_pct_lwm at 0 leaves the age where the step
-        before left it (seen: 511 MB of a 1 GB redo log after a build), and
-        a pack that starts there writes its own redo into a log already
-        half full: the page cleaner then flushes in bursts that stall the
-        writer's commits (Innodb_checkpoint_age near its most all through
-        the deletions).  A site packs a server that has had time to
-        write its pages back."""
+        before left it (seen: 511 MB of a 1 GB redo log after a build), so
+        a pack would start with its log half full.  A site packs a server
+        that has had time to write its pages back.  (It does not keep the
+        age off its most during a pack of a million documents: from 55 MB
+        it reached 730-830 MB of 869 within ten seconds of the deletions;
+        docs/performance.rst, "Pauses that go on while the writer is
+        still slowed".)"""
         started = time.monotonic()
         age, most = self.checkpoint_age()
         if age <= share * most:
