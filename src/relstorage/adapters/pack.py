@@ -365,16 +365,16 @@ class Packer:
     counts_waiters = False
 
     def waiters(self, cursor):
-        """How many other sessions wait for a lock this session's
-        transaction holds, or None where the database cannot tell (the
-        pack's throttle then goes by commits, relstorage.pack.throttle).
-        Asked at the end of each deletion batch, inside its transaction;
-        it must not fail that transaction."""
+        # (IPacker.waiters: unknown by default; the pack's throttle then
+        # goes by commits, relstorage.pack.throttle.)
         return None
 
     def batch_end(self, cursor):
         # (IPacker.batch_end: where the log stands, unknown by default.)
         return self.waiters(cursor), None
+
+    def log_pressure(self, cursor):
+        return None     # (IPacker.log_pressure: unknown by default.)
 
     #: The last commit's tid and how slow its client's commits were, which
     #: every ordinary commit records (step 0008-commit-time).
