@@ -401,24 +401,30 @@ def test_the_log_written_is_in_the_debug_log(monkeypatch, caplog):
 
 # -- on a database ---------------------------------------------------------
 
+def _asked(open_storage, ask):
+    """``ask(cm, packer, cursor)`` on a connection of a new storage's
+    adapter, its transaction rolled back after."""
+    adapter = open_storage()._adapter
+    cm, packer = adapter.connmanager, adapter.packer
+    conn = cm.connect()
+    cursor = conn.cursor()
+    try:
+        return ask(cm, packer, cursor)
+    finally:
+        cm.rollback(conn, cursor)
+        cm.close(conn, cursor)
+
 def test_a_batch_end_tells_waiters_and_where_the_log_stands(open_storage,
                                                           backend):
     """``batch_end``: PostgreSQL tells its WAL's position and MariaDB its
     redo log's, which grow with what a transaction writes; the others say
     None."""
-    storage = open_storage()
-    adapter = storage._adapter
-    cm, packer = adapter.connmanager, adapter.packer
-    conn = cm.connect()
-    cursor = conn.cursor()
-    try:
+    def ask(cm, packer, cursor):
         cm.begin_write(cursor, 'test')
         waiters, before = packer.batch_end(cursor)
         cursor.execute('UPDATE commit_row SET tid = tid + 1 WHERE id = 0')
-        waiters_after, after = packer.batch_end(cursor)
-        cm.rollback(conn, cursor)
-    finally:
-        cm.close(conn, cursor)
+        return (waiters, before) + packer.batch_end(cursor)
+    waiters, before, waiters_after, after = _asked(open_storage, ask)
     if backend.marker in ('postgresql', 'mysql'):
         assert (waiters, waiters_after) == (0, 0)
         assert isinstance(before, int) and after > before > 0
@@ -431,16 +437,8 @@ def test_the_log_pressure_is_a_share_where_the_database_tells(
         open_storage, backend):
     """MariaDB tells how full its redo log is (checkpoint age over its
     most); PostgreSQL and SQLite do not."""
-    storage = open_storage()
-    adapter = storage._adapter
-    cm, packer = adapter.connmanager, adapter.packer
-    conn = cm.connect()
-    cursor = conn.cursor()
-    try:
-        pressure = packer.log_pressure(cursor)
-        cm.rollback(conn, cursor)
-    finally:
-        cm.close(conn, cursor)
+    pressure = _asked(open_storage,
+                      lambda cm, packer, cursor: packer.log_pressure(cursor))
     if backend.marker == 'mysql':
         assert isinstance(pressure, float) and 0.0 <= pressure < 2.0
     else:
