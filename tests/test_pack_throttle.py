@@ -414,6 +414,7 @@ def _asked(open_storage, ask):
         cm.rollback(conn, cursor)
         cm.close(conn, cursor)
 
+
 def test_a_batch_end_tells_waiters_and_where_the_log_stands(open_storage,
                                                           backend):
     """``batch_end``: PostgreSQL tells its WAL's position and MariaDB its

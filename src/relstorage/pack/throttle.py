@@ -37,12 +37,13 @@ LEAST_SCALE = 0.125
 REST_STEP = 0.1
 #: ... and, where the database tells how full its log is (the packer's
 #: ``log_pressure``: MariaDB's checkpoint age over its most), while it is
-#: fuller than this share.  Past about seven eighths, InnoDB makes every
-#: write wait for its page cleaner; the deletions fill the log again
-#: within seconds (1,000,000 documents: 75-110 MB of redo a second), so
-#: a pause that ends as soon as one commit was quick again leaves the
-#: next batch at the brink (docs/performance.rst, "Pauses that last until
-#: the redo log has room").
+#: fuller than this share.  Through a pack's deletions the log stays at
+#: 88-96 % of its most, where the page cleaner writes back in bursts and
+#: a commit now and then waits for it (1,000,000 documents: 3-11 commits
+#: over 25 ms in five seconds, 0-2 before the log was 60 % full); so a
+#: pause that ends as soon as one commit was quick again leaves the next
+#: batch at the brink (docs/performance.rst, "Pauses that last until the
+#: redo log has room").
 LOG_EASED = 0.5
 #: The most log (bytes) a batch is sized to write, where the database
 #: tells its log's position (PostgreSQL's WAL, MariaDB's redo log).

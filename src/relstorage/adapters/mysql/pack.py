@@ -172,8 +172,7 @@ class _MySQLPacker(Packer):
 
     #: How full InnoDB's redo log is: its checkpoint age (the log written
     #: since the oldest page not yet written back) over the most the
-    #: server lets it reach before every write waits for the page cleaner
-    #: (MariaDB's status variables; MySQL has neither: NULL, or an error
+    #: server lets it reach (MariaDB's status variables; MySQL has neither: NULL, or an error
     #: where information_schema.GLOBAL_STATUS is gone, and None for good).
     #: A pack's deletions write redo faster than the page cleaner writes
     #: pages back (1,000,000 documents, a 4 GB pool and a 1 GB log: the
