@@ -212,65 +212,6 @@ def test_a_pause_goes_on_no_longer_than_the_bank(monkeypatch):
     assert pacer.quiet == [0.004, 0.05]
 
 
-def test_a_pause_goes_on_while_the_log_is_full(monkeypatch):
-    """Where the database tells how full its log is, a pause that a slowed
-    commit began goes on while the log is fuller than LOG_EASED, though
-    the commits seen are quick again (a page cleaner writing back what the
-    batches logged stalls a commit now and then, not each one); no
-    pressure is asked for without a slowed commit, and a slowness the
-    bank ran out on is not made the usual while the log is full."""
-    clock, slept = _fake_time(monkeypatch)
-    monkeypatch.setattr(pack_throttle, 'REST_STEP', 0.125)
-    pressures = [0.9, 0.7, 0.4,     # the first pause: two steps
-                 0.95, 0.95]        # the second: to the bank's end
-    asked = []
-
-    def pressure():
-        asked.append(clock[0])
-        return pressures.pop(0)
-    watch = _Watch([0.004], [0.004],            # 0.5s banked
-                   [0.05],                      # slowed: 0.75s
-                   [], [0.004],                 # the pause: quick
-                   [0.004], [0.004],            # steps while full
-                   [0.004],                     # not slowed: no pressure
-                   [0.06],                      # slowed: banked 0.5s
-                   [], [0.05], [0.05],          # still slowed...
-                   [0.004],                     # ... then quick, full
-                   [0.07], [0.07])              # bank out, slowed, full
-    options = _Options()
-    options.pack_max_delay = 0.75
-    pacer = pack_throttle.Pacer(options, pytest.fail, waits_known=True,
-                                watch=watch, pressure=pressure)
-    pacer.probed = True
-    pacer.quiet = [0.004]
-    for _ in range(5):
-        _batch(pacer, clock, 0.25, 0)
-    assert slept == [0.125] * 4 + [0.125] * 6
-    assert watch.answers == [] and pressures == []
-    assert len(asked) == 5
-    assert pacer.pauses == 2 and pacer.paused == pytest.approx(0.5 + 0.75)
-    # The quick commits of the first pause's last step are learnt; the
-    # slowed one at the second's end is not.
-    assert pacer.quiet == [0.004, 0.004]
-
-
-def test_a_log_that_does_not_tell_is_not_asked_again(monkeypatch):
-    clock, slept = _fake_time(monkeypatch)
-    monkeypatch.setattr(pack_throttle, 'REST_STEP', 0.125)
-    asked = []
-    watch = _Watch([0.004],                     # banks 0.25s
-                   [0.05], [], [0.004],         # slowed, then quick
-                   [0.05], [], [0.004])         # again
-    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
-                                watch=watch, pressure=lambda: asked.append(1))
-    pacer.probed = True
-    pacer.quiet = [0.004]
-    for _ in range(3):
-        _batch(pacer, clock, 0.25, 0)
-    assert asked == [1] and pacer.pressure is None
-    assert slept == [0.125] * 4 and watch.answers == []
-
-
 def test_without_a_watch_a_pause_is_as_long_as_the_duty_cycle_says(
         monkeypatch):
     """Where nothing measures the commits during a pause (lock waits known,
@@ -432,18 +373,6 @@ def test_a_batch_end_tells_waiters_and_where_the_log_stands(open_storage,
     else:
         assert before is None and after is None
         assert waiters_after == waiters
-
-
-def test_the_log_pressure_is_a_share_where_the_database_tells(
-        open_storage, backend):
-    """MariaDB tells how full its redo log is (checkpoint age over its
-    most); PostgreSQL and SQLite do not."""
-    pressure = _asked(open_storage,
-                      lambda cm, packer, cursor: packer.log_pressure(cursor))
-    if backend.marker == 'mysql':
-        assert isinstance(pressure, float) and 0.0 <= pressure < 2.0
-    else:
-        assert pressure is None
 
 
 def _waiting_for_locks(storage, backend):

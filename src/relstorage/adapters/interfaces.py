@@ -632,13 +632,6 @@ class IPacker(Interface):
         the position of the database's log in bytes (None where it does
         not tell)."""
 
-    def log_pressure(cursor):
-        """How near the database's log is to the point where its server
-        must write pages back before more log can be written, as a share
-        of that point (0: nothing to write back; about 1: there), or None
-        where it does not tell.  Asked between batches, while the pack's
-        pause goes on (relstorage.pack.throttle.LOG_EASED)."""
-
     def stop_gc(cursor):
         """The pack in pack_run removes no more garbage from now on."""
 

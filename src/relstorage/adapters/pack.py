@@ -373,9 +373,6 @@ class Packer:
         # (IPacker.batch_end: where the log stands, unknown by default.)
         return self.waiters(cursor), None
 
-    def log_pressure(self, cursor):
-        return None     # (IPacker.log_pressure: unknown by default.)
-
     #: The last commit's tid and how slow its client's commits were, which
     #: every ordinary commit records (step 0008-commit-time).
     LAST_COMMIT = 'SELECT tid, commit_seconds FROM commit_row WHERE id = 0'

@@ -165,8 +165,7 @@ class _Session(AnalysisSteps, DeletionSteps):
             watch = Watch.started(self.cm, self.packer)
         try:
             yield Pacer(self.options, self._last_tid,
-                        self.packer.counts_waiters, watch,
-                        self._log_pressure)
+                        self.packer.counts_waiters, watch)
         finally:
             if watch is not None:
                 watch.stop()
@@ -189,9 +188,6 @@ class _Session(AnalysisSteps, DeletionSteps):
             lambda: (apply(), packer.batch_end(cursor)))
         pacer.pause(started, waiters, logged)
         return result
-
-    def _log_pressure(self):
-        return self.read(lambda: self.packer.log_pressure(self.cursor))
 
     def _last_tid(self):
         return self.read(lambda: self.adapter.poller.last_tid(self.cursor))

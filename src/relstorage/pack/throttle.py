@@ -35,16 +35,6 @@ LEAST_SCALE = 0.125
 #: banked allow: the duty cycle's share of every batch, less the pauses
 #: made (never more than pack-max-delay).
 REST_STEP = 0.1
-#: ... and, where the database tells how full its log is (the packer's
-#: ``log_pressure``: MariaDB's checkpoint age over its most), while it is
-#: fuller than this share.  Through a pack's deletions the log stays at
-#: 88-96 % of its most, where the page cleaner writes back in bursts and
-#: a commit now and then waits for it (1,000,000 documents: 3-11 commits
-#: over 25 ms in five seconds, 0-2 before the log was 60 % full); so a
-#: pause that ends as soon as one commit was quick again leaves the next
-#: batch at the brink (docs/performance.rst, "Pauses that last until the
-#: redo log has room").
-LOG_EASED = 0.5
 #: The most log (bytes) a batch is sized to write, where the database
 #: tells its log's position (PostgreSQL's WAL, MariaDB's redo log).
 #: Another client's commit waits until all the log written before its
@@ -88,9 +78,8 @@ class Pacer:
       Batches that slowed others are also made smaller (to LEAST_SCALE of
       pack-batch-timeout at the least), as a commit waits behind what the
       batch wrote before it; and their pause lasts at least REST_STEP
-      and goes on while the commits seen during it are still slowed, or
-      the database's log is fuller than LOG_EASED (``pressure``), as far
-      as the pauses banked allow (``bank``: the duty cycle's share of
+      and goes on while the commits seen during it are still slowed, as
+      far as the pauses banked allow (``bank``: the duty cycle's share of
       every batch, less the pauses made; at most pack-max-delay);
     - where it tells neither (``waiters`` None: SQLite, whose single
       writer makes every commit during a batch wait for it), a transaction
@@ -101,18 +90,13 @@ class Pacer:
     (``logged``: PostgreSQL, MariaDB), batches are also sized to write at most
     LOG_TARGET bytes of it, pauses or none."""
 
-    def __init__(self, options, last_tid, waits_known=False, watch=None,
-                 pressure=None):
+    def __init__(self, options, last_tid, waits_known=False, watch=None):
         self.target = options.pack_batch_timeout
         self.duty = options.pack_duty_cycle
         self.max_delay = options.pack_max_delay
         self.size = FIRST_BATCH
         self.last_tid = last_tid
         self.watch = watch
-        #: How full the database's log is (a callable; None where it does
-        #: not tell), and what it said last.
-        self.pressure = pressure
-        self.pressed = None
         self.seen = None
         #: The share of ``target`` batches are sized to, and the seconds of
         #: the latest commits of others seen while no batch ran.
@@ -205,40 +189,23 @@ class Pacer:
         time.sleep(seconds / 2)
         return self.watch.take()
 
-    def _full(self):
-        """Whether the database's log is fuller than LOG_EASED (False where
-        it does not tell)."""
-        self.pressed = None if self.pressure is None else self.pressure()
-        if self.pressed is None:
-            self.pressure = None
-            return False
-        return self.pressed > LOG_EASED
-
     def _rest(self, delay):
         """Pause ``delay`` seconds, then on in steps of REST_STEP while the
-        watch still sees commits slowed or the database's log is full, as
-        far as the bank allows; the commits of the last step (or half)
-        become the usual, unless the log was still full.  Returns the
+        watch still sees commits slowed, as far as the bank allows; the
+        commits of the last step (or half) become the usual.  Returns the
         seconds paused."""
         seen = self._quiet(delay)
         paused = delay
-        self.pressed = None
-        while paused + REST_STEP <= self.bank and (
-                self._slow(seen) or self._full()):
+        while self._slow(seen) and paused + REST_STEP <= self.bank:
             time.sleep(REST_STEP)
             seen = self.watch.take()
             paused += REST_STEP
         # Still slowed when the bank ran out: a slowness the rest did not
-        # relieve is not the batches', and becomes the usual; unless the
-        # log the batches filled was still full.
-        if not (self._slow(seen) and self._full()):
-            self._learn(seen)
+        # relieve is not the batches', and becomes the usual.
+        self._learn(seen)
         if paused > delay:
             log.debug('pack: the pause went on to %.3fs while others\' '
-                      'commits were still slower%s', paused,
-                      '' if self.pressed is None else
-                      ' or the log full (at last %.0f%%)' % (
-                          100 * self.pressed))
+                      'commits were still slower', paused)
         return paused
 
     def _factor(self, busy):

@@ -170,38 +170,6 @@ class _MySQLPacker(Packer):
         self.counts_waiters = False
         return None, None
 
-    #: How full InnoDB's redo log is: its checkpoint age (the log written
-    #: since the oldest page not yet written back) over the most the
-    #: server lets it reach (MariaDB's status variables; MySQL has neither: NULL, or an error
-    #: where information_schema.GLOBAL_STATUS is gone, and None for good).
-    #: A pack's deletions write redo faster than the page cleaner writes
-    #: pages back (1,000,000 documents, a 4 GB pool and a 1 GB log: the
-    #: age at 730-830 MB of its 869 within ten seconds of the deletions,
-    #: and there to their end), and another client's commit then waits
-    #: in the cleaner's bursts (docs/performance.rst, "Pauses that last
-    #: until the redo log has room").
-    LOG_PRESSURE = """SELECT
-        MAX(CASE WHEN VARIABLE_NAME = 'INNODB_CHECKPOINT_AGE'
-            THEN VARIABLE_VALUE END),
-        MAX(CASE WHEN VARIABLE_NAME = 'INNODB_CHECKPOINT_MAX_AGE'
-            THEN VARIABLE_VALUE END)
-        FROM information_schema.GLOBAL_STATUS
-        WHERE VARIABLE_NAME IN ('INNODB_CHECKPOINT_AGE',
-                                'INNODB_CHECKPOINT_MAX_AGE')"""
-
-    def log_pressure(self, cursor):
-        if self.LOG_PRESSURE is None:
-            return None
-        try:
-            cursor.execute(self.LOG_PRESSURE)
-            age, most = cursor.fetchone()
-        except self.connmanager.driver.Error:
-            age = most = None
-        if age is None or not most or not int(most):
-            self.LOG_PRESSURE = None
-            return None
-        return int(age) / int(most)
-
     def oldest_transaction(self, cursor):
         own = in_list(sorted(self.connmanager.sessions or ())) or '0'
         cursor.execute(self.OLDEST_TRANSACTION.format(in_list=own))
