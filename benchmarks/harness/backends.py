@@ -101,10 +101,13 @@ class PostgreSQL:
             cur.execute(statement)
 
     def disk_bytes(self, name):
-        """The database's size on disk (pg_database_size)."""
+        """The database's size on disk (pg_database_size; 0 when there
+        is no such database, as on MariaDB)."""
         with self._cursor() as cur:
-            cur.execute('SELECT pg_database_size(%s)', (name,))
-            return cur.fetchone()[0]
+            cur.execute('SELECT pg_database_size(datname) FROM pg_database '
+                        'WHERE datname = %s', (name,))
+            row = cur.fetchone()
+            return row[0] if row else 0
 
     def create(self, name):
         self.drop(name)
