@@ -403,6 +403,11 @@ def timed_commits(conn, args, rng, change, note):
     ``args.out``; returns the counts."""
     import transaction
     latencies = []
+    # Each timed commit's time in three (written to ``args.out`` +
+    # '.parts', read by pack_phases.py): transaction.begin() (the poll;
+    # with the failed tries, where there were any), change() (its loads),
+    # the commit (and the cache's trim after it).
+    parts = []
     errors = collections.Counter()
     done = 0
     stop = Path(args.stop) if args.stop else None
@@ -416,7 +421,9 @@ def timed_commits(conn, args, rng, change, note):
         while True:
             try:
                 transaction.begin()
+                polled = perf()
                 change()
+                changed = perf()
                 commit(conn, note)
                 break
             except Exception as e:
@@ -435,6 +442,8 @@ def timed_commits(conn, args, rng, change, note):
             Path(args.ready).touch()
         elif done > args.warmup:
             latencies.append((begin_at, end - begin))
+            parts.append((begin_at, polled - begin, changed - polled,
+                          end - changed))
         if args.pause:
             time.sleep(args.pause)
     if done <= args.warmup and args.ready:
@@ -442,6 +451,8 @@ def timed_commits(conn, args, rng, change, note):
     seconds = perf() - started
     with open(args.out, 'w') as f:
         json.dump(latencies, f)
+    with open(args.out + '.parts', 'w') as f:
+        json.dump(parts, f)
     return dict(commits=done, timed=len(latencies), errors=dict(errors),
                 seconds=seconds)
 

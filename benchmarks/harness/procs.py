@@ -79,6 +79,7 @@ class Child:
         self.stdout = open(self.tmp / 'stdout', 'w+')
         self.stderr = None if relay else open(self.tmp / 'stderr', 'w+')
         self.lines = collections.deque(maxlen=TAIL_LINES)
+        self._outcome = None
         self.proc = subprocess.Popen(
             self.cmd, stdout=self.stdout,
             stderr=subprocess.PIPE if relay else self.stderr, text=True,
@@ -104,7 +105,23 @@ class Child:
 
     def result(self, timeout):
         """The process's JSON; WorkloadFailed when it failed, printed none
-        or ran longer than ``timeout`` seconds (then it is killed)."""
+        or ran longer than ``timeout`` seconds (then it is killed).  Asked
+        again (a caller's cleanup after a failure), the same answer: the
+        outputs are read once."""
+        if self._outcome is not None:
+            value, error = self._outcome
+            if error is not None:
+                raise error
+            return value
+        try:
+            value = self._result(timeout)
+        except WorkloadFailed as e:
+            self._outcome = (None, e)
+            raise
+        self._outcome = (value, None)
+        return value
+
+    def _result(self, timeout):
         try:
             try:
                 self.proc.wait(timeout)
