@@ -1155,10 +1155,10 @@ def pages(monkeypatch):
     monkeypatch.setattr(pack_analysis, 'PAGE', 2)
     made = []
 
-    def make(rows, up_to=100, fail_after=None):
+    def make(rows, up_to=100, fail_after=None, alone=None):
         packer = _PagedPacker(rows, fail_after)
         made.append(pack_analysis._Pages(packer, _NoTranslation(), None,
-                                         up_to))
+                                         up_to, alone))
         return made[-1], packer
     yield make
     for each in made:
@@ -1166,23 +1166,39 @@ def pages(monkeypatch):
         assert each._thread is None
 
 
-def test_analysis_pages_are_read_ahead_by_another_thread(pages):
+def _scan_all(reader):
+    """Every row of a first analysis's scan, page after page."""
     from relstorage.pack.analysis import SCAN
-    rows = [(zoid, 10, b'') for zoid in range(1, 6)]
-    reader, packer = pages(rows)
     got = []
     start = (SCAN, 0, 0, 10, -1)
     while True:
         page = reader.get(start)
         if not page:
-            break
+            return got
         got.extend(page)
         start = (SCAN, 0, 0, 10, page[-1][0])
-    assert got == rows
+
+
+def test_analysis_pages_are_read_ahead_by_another_thread(pages):
+    rows = [(zoid, 10, b'') for zoid in range(1, 6)]
+    reader, packer = pages(rows)
+    assert _scan_all(reader) == rows
     # The first page is read when asked for; each later one by the pages
     # thread, once, while the caller had the one before.
     assert packer.reads == [((-1,), True), ((2,), False), ((4,), False),
                             ((5,), False)]
+
+
+def test_no_page_is_read_ahead_while_others_commit(pages):
+    rows = [(zoid, 10, b'') for zoid in range(1, 8)]
+    # Others commit during the steps of the first two pages, then stop.
+    alone = iter([False, False, True, True])
+    reader, packer = pages(rows, alone=lambda: next(alone))
+    assert _scan_all(reader) == rows
+    # The pages of the first two steps are read when asked for, in the
+    # caller's thread; once alone, the next ones ahead by the thread.
+    assert packer.reads == [((-1,), True), ((2,), True), ((4,), True),
+                            ((6,), False), ((7,), False)]
 
 
 def test_analysis_tail_pages_go_on_from_the_last_tid_and_zoid(pages):

@@ -115,6 +115,26 @@ class _Watch:
         return self.answers.pop(0)
 
 
+def test_the_pacer_tells_whether_others_committed_during_the_last_step(
+        monkeypatch):
+    clock, slept = _fake_time(monkeypatch)
+    watch = _Watch([0.004], [], [0.003, 0.005], None)
+    pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
+                                watch=watch)
+    assert not pacer.others_committing()      # before the first step
+    seen = []
+    for _ in range(4):
+        _batch(pacer, clock, 0.05, 0)
+        seen.append(pacer.others_committing())
+    # (The last: the watch stopped telling, so nothing was seen.)
+    assert seen == [True, False, True, False]
+    assert slept == []
+    unwatched = pack_throttle.Pacer(_Options(), lambda: None,
+                                    waits_known=True)
+    _batch(unwatched, clock, 0.05, 0)
+    assert not unwatched.others_committing()
+
+
 def test_a_batch_during_which_a_commit_was_slowed_pauses_and_shrinks(
         monkeypatch):
     clock, slept = _fake_time(monkeypatch)

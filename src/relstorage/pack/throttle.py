@@ -270,6 +270,11 @@ class Pacer:
             self.pauses += 1
             self.paused += delay
 
+    def others_committing(self):
+        """Whether the watch saw another client commit during the last
+        step (False where there is no watch, or before the first step)."""
+        return self.commits > 0
+
     def report(self, progress, what='batches'):
         """Say how much of the phase was pauses, when there were any: an
         administrator who finds the pack slow should know that part of
