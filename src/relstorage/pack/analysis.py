@@ -411,8 +411,8 @@ class _Pages:
     step.  Read ahead, the pages and the references kept both CPUs of a
     2-CPU server busy and nearly doubled the time of a writer's commits
     (PostgreSQL, 1,000,000 documents: its p50 7.3-8.4 ms against 4.1-4.5
-    alone, its p99 22-25); read in turn while it committed, 4.6-5.2 and
-    12.5-14.6, the phase hardly slower (docs/performance.rst, "Pages read
+    alone, its p99 22-25); read in turn while it committed, 4.6-5.3 and
+    12-16, the phase hardly slower (docs/performance.rst, "Pages read
     ahead only while nobody commits")."""
 
     def __init__(self, packer, cm, snapshot, up_to, alone=None):
