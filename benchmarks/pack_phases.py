@@ -13,19 +13,19 @@ seconds, the commits, their p50 and p99 (ms), and of those over
 SLOW seconds, the mean of each part: ``begin`` (the poll, at
 ``transaction.begin()``), ``change`` (the loads of what the commit
 changes) and ``commit``.  The same for the writer alone before the pack
-(``<tag>-alone-latencies``), for comparison.  Reads files only: run it
-with any Python 3.
+(``<tag>-alone-latencies``), for comparison.  The log's times are read
+as packlog.py reads them (the machine's local time).
 """
 import argparse
-import datetime
 import json
 import re
 from pathlib import Path
 
+from harness.figures import percentile as ranked
+from packlog import log_time
+
 #: Commits slower than this (seconds) are split into their parts.
 SLOW = 0.010
-#: A log line's time: zodbpack's format, '%(asctime)s [...'.
-STAMP = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ')
 #: A progress line of the pack: 'pack: <phase>[: ...]'.
 PROGRESS = re.compile(r'\] INFO pack: (.*)$')
 #: The line a phase ends with: '... in 12.3s'.
@@ -33,18 +33,13 @@ ENDED = re.compile(r' in [\d.]+s$')
 
 
 def stamp(line):
-    found = STAMP.match(line)
-    if found is None:
-        return None
-    at = datetime.datetime.strptime(found.group(1), '%Y-%m-%d %H:%M:%S,%f')
-    return at.replace(tzinfo=datetime.timezone.utc).timestamp()
+    """A log line's time in seconds since the epoch, or None."""
+    at = log_time(line)
+    return None if at is None else at.timestamp()
 
 
 def percentile(values, fraction):
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    return ordered[max(0, int(round(fraction * len(ordered))) - 1)]
+    return ranked(sorted(values), fraction)
 
 
 def phases(log_path):

@@ -54,7 +54,9 @@ STARTS = {
 }
 
 
-def _at(line):
+def log_time(line):
+    """The time of a log line (the machine's local time, naive), or None
+    for a line without one."""
     found = STAMP.match(line)
     if found is None:
         return None
@@ -74,7 +76,7 @@ def phases(lines):
     marks = {}
     last = None         # the deletion phase whose pauses are logged next
     for line in lines:
-        at = _at(line)
+        at = log_time(line)
         if at is None:
             continue
         if 'packing storage' in line:
