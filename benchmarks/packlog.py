@@ -52,6 +52,10 @@ STARTS = {
     'pages': 'pages cleared of old revisions (',
     'garbage': 'garbage objects removed (',
 }
+#: A history-preserving pack that does not clear pages of old revisions
+#: first (MariaDB's, SQLite's) removes them with the garbage in one phase,
+#: under this name; it counts as the garbage phase.
+COMBINED = 'garbage objects and old revisions removed'
 
 
 def log_time(line):
@@ -79,6 +83,7 @@ def phases(lines):
         at = log_time(line)
         if at is None:
             continue
+        line = line.replace(COMBINED, 'garbage objects removed')
         if 'packing storage' in line:
             if 'started' in marks:
                 break
