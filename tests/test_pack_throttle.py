@@ -145,14 +145,15 @@ def test_a_batch_during_which_a_commit_was_slowed_pauses_and_shrinks(
     watch = _Watch([0.005],             # under SLOW_FLOOR: not looked at
                    [0.05, 0.004],       # one slowed: the probe learns
                    [0.03], [0.004, 0.006],  # the usual (its second half)
-                   [0.002], [0.005],    # (a pause: its two halves)
+                   [0.002], [0.005],    # (a pause: its two halves; quick
+                                        # again: it ends)
                    [0.03],              # six times the usual 0.005
                    [0.02], [],          # (a pause without commits)
                    [],                  # no commit: nobody slowed
                    [0.05],              # slowed again
                    [0.0], [0.04] * 3,   # still slowed: the pause goes on
-                   [0.04] * 3,          # a step; the bank spent, so the
-                                        # usual is now 0.04...
+                   *[[0.04] * 3] * 4,   # four steps; the bank spent, so
+                                        # the usual is now 0.04...
                    [0.05, 0.03],        # ... under twice that: not slowed
                    None)                # the watch stopped telling
     pacer = pack_throttle.Pacer(options, pytest.fail, waits_known=True,
@@ -161,8 +162,10 @@ def test_a_batch_during_which_a_commit_was_slowed_pauses_and_shrinks(
     for _ in range(7):
         _batch(pacer, clock, 0.5, 0)
         sizes.append(pacer.size)
-    assert slept == ([pack_throttle.PROBE / 2] * 2 + [pytest.approx(0.25)] * 6
-                     + [0.125])
+    # A pause is a step (two halves), not as long as the batch, unless
+    # the commits are still slowed.
+    assert slept == ([pack_throttle.PROBE / 2] * 2 + [0.0625] * 6
+                     + [0.125] * 4)
     assert watch.answers == []
     # Batches sized to a second, then to half, a quarter of it..., and
     # back up a quarter at a time.
@@ -172,16 +175,16 @@ def test_a_batch_during_which_a_commit_was_slowed_pauses_and_shrinks(
     assert pacer.scale == pytest.approx(1.0 / 2 / 2 * 1.25 / 2 * 1.25)
     assert pacer.quiet == [0.004, 0.006, 0.005, 0.04, 0.04, 0.04]
     assert _report(pacer) == ['3 of 7 batches followed by a pause while other '
-                           'clients committed slower, 1.6s in all '
+                           'clients committed slower, 0.9s in all '
                            '(pack-duty-cycle 0.5)']
 
 
 def test_a_pause_goes_on_while_commits_are_still_slowed(monkeypatch):
     """Whatever the batches set going on the server (a page cleaner, a
-    checkpoint) can outlast a pause as long as one batch: the pause goes
-    on, a step at a time, while the commits the watch sees are still
-    slowed, spending the pauses banked by the batches that had none; it
-    stops at the first step whose commits are not."""
+    checkpoint) can outlast a pause of one step: the pause goes on, a
+    step at a time, while the commits the watch sees are still slowed,
+    spending the pauses banked by the batches that had none; it stops at
+    the first step whose commits are not."""
     clock, slept = _fake_time(monkeypatch)
     monkeypatch.setattr(pack_throttle, 'PROBES', 1)   # one probe
     monkeypatch.setattr(pack_throttle, 'REST_STEP', 0.125)
@@ -196,14 +199,40 @@ def test_a_pause_goes_on_while_commits_are_still_slowed(monkeypatch):
                                 watch=watch)
     for _ in range(4):
         _batch(pacer, clock, 0.5, 0)
-    assert slept == [pack_throttle.PROBE / 2] * 2 + [0.25] * 2 + [0.125] * 3
+    assert slept == ([pack_throttle.PROBE / 2] * 2 + [0.0625] * 2
+                     + [0.125] * 3)
     assert watch.answers == []
-    assert pacer.paused == pytest.approx(0.875)
-    # The bank: 1.5s earned by three batches, 0.875s spent; the fourth
+    assert pacer.paused == pytest.approx(0.5)
+    # The bank: 1.5s earned by three batches, 0.5s spent; the fourth
     # batch's share is banked too.
-    assert pacer.bank == pytest.approx(1.5 - 0.875 + 0.5)
+    assert pacer.bank == pytest.approx(1.5 - 0.5 + 0.5)
     # The commits of the step that ended it become the usual.
     assert pacer.quiet == [0.003, 0.004, 0.004]
+
+
+def test_a_pause_after_a_long_step_ends_when_commits_are_quick_again(
+        monkeypatch):
+    """The duty cycle bounds the pauses; it does not set them: after a
+    step of 20 s that slowed one commit (one statement, such as the
+    filling of pack_object), the pause lasts a step when the commits
+    seen during it take their usual time, not 20 s."""
+    clock, slept = _fake_time(monkeypatch)
+    options = _Options()
+    options.pack_max_delay = 20.0
+    watch = _Watch([0.004] * 900 + [0.017],     # one commit of 17 ms
+                   [0.004], [0.005, 0.004],     # the pause: usual again
+                   [0.004])
+    pacer = pack_throttle.Pacer(options, pytest.fail, waits_known=True,
+                                watch=watch)
+    pacer.probed = True
+    pacer.quiet = [0.004]
+    _batch(pacer, clock, 20.0, 0)
+    assert slept == [pack_throttle.REST_STEP / 2] * 2
+    assert pacer.pauses == 1
+    assert pacer.paused == pytest.approx(pack_throttle.REST_STEP)
+    assert pacer.bank == pytest.approx(20.0 - pack_throttle.REST_STEP)
+    _batch(pacer, clock, 0.1, 0)
+    assert pacer.pauses == 1 and watch.answers == []
 
 
 def test_a_pause_goes_on_no_longer_than_the_bank(monkeypatch):
@@ -216,7 +245,7 @@ def test_a_pause_goes_on_no_longer_than_the_bank(monkeypatch):
     watch = _Watch([0.004], [0.004], [0.004],   # 0.75s banked
                    [0.05],                      # slowed: 1.0s earned
                    [], [0.05],                  # the pause, then steps
-                   *[[0.05]] * 4,               # up to pack-max-delay
+                   *[[0.05]] * 5,               # up to pack-max-delay
                    [0.05])                      # the usual now: no pause
     options = _Options()
     options.pack_max_delay = 0.75
@@ -226,7 +255,7 @@ def test_a_pause_goes_on_no_longer_than_the_bank(monkeypatch):
     pacer.quiet = [0.004]
     for _ in range(5):
         _batch(pacer, clock, 0.25, 0)
-    assert slept == [0.125] * 6
+    assert slept == [0.0625] * 2 + [0.125] * 5
     assert watch.answers == []
     assert pacer.pauses == 1 and pacer.paused == 0.75
     assert pacer.quiet == [0.004, 0.05]
@@ -278,7 +307,8 @@ def test_without_a_usual_the_floor_alone_judges(monkeypatch):
                                 watch=watch)
     for _ in range(3):
         _batch(pacer, clock, 0.5, 0)
-    assert slept == [pack_throttle.PROBE / 2] * 2 + [pytest.approx(0.25)] * 4
+    assert slept == ([pack_throttle.PROBE / 2] * 2
+                     + [pack_throttle.REST_STEP / 2] * 4)
     assert watch.answers == [] and pacer.quiet == []
 
 
@@ -311,7 +341,8 @@ def test_a_lock_waiter_pauses_whatever_the_watch_says(monkeypatch):
     pacer = pack_throttle.Pacer(_Options(), pytest.fail, waits_known=True,
                                 watch=_Watch([], [], []))
     _batch(pacer, clock, 0.5, 1)
-    assert slept == [pytest.approx(0.25)] * 2
+    # A step (its two halves): the watch saw no commit slowed in it.
+    assert slept == [pack_throttle.REST_STEP / 2] * 2
 
 
 def test_the_pacer_says_nothing_without_pauses(monkeypatch):

@@ -28,12 +28,18 @@ QUIET_KEPT = 50
 #: The least share of pack-batch-timeout that batches are sized to after
 #: slowing others (halved each time, grown back by a quarter otherwise).
 LEAST_SCALE = 0.125
-#: Where the watch tells, a pause goes on in steps of this many seconds
-#: while the commits it saw in the step before were still slowed (an
-#: InnoDB page cleaner or a PostgreSQL checkpoint the batches set going
-#: outlasts a pause as long as one batch), for as long as the pauses
-#: banked allow: the duty cycle's share of every batch, less the pauses
-#: made (never more than pack-max-delay).
+#: Where the watch tells, a pause lasts this many seconds and goes on in
+#: steps of as many while the commits it saw in the step before were
+#: still slowed (an InnoDB page cleaner or a PostgreSQL checkpoint the
+#: batches set going outlasts a pause as long as one batch), for as long
+#: as the pauses banked allow: the duty cycle's share of every batch,
+#: less the pauses made (never more than pack-max-delay).  It ends at
+#: the first step whose commits are not slowed, however long the step
+#: before it was: a pause as long as a step of 20 s that had slowed one
+#: commit (the filling of pack_object, one statement) kept the pack
+#: waiting 20 s while the writer's commits took their usual time
+#: (MariaDB, 1,000,000 documents; docs/performance.rst, "Pauses that end
+#: when the commits are quick again").
 REST_STEP = 0.1
 #: The most log (bytes) a batch is sized to write, where the database
 #: tells its log's position (PostgreSQL's WAL, MariaDB's redo log).
@@ -58,8 +64,9 @@ def _seconds(value):
 class Pacer:
     """Batch sizes and pauses: batches of about pack-batch-timeout seconds,
     each followed, when another client was held up by it, by a pause that
-    keeps the work to pack-duty-cycle of the time (never longer than
-    pack-max-delay).  Otherwise the next batch follows at once.
+    keeps the work to pack-duty-cycle of the time at the most (never
+    longer than pack-max-delay).  Otherwise the next batch follows at
+    once.
 
     Held up is measured, not assumed, in one of three ways:
 
@@ -77,10 +84,10 @@ class Pacer:
       while none was seen).
       Batches that slowed others are also made smaller (to LEAST_SCALE of
       pack-batch-timeout at the least), as a commit waits behind what the
-      batch wrote before it; and their pause lasts at least REST_STEP
-      and goes on while the commits seen during it are still slowed, as
-      far as the pauses banked allow (``bank``: the duty cycle's share of
-      every batch, less the pauses made; at most pack-max-delay);
+      batch wrote before it; and their pause lasts REST_STEP and goes on
+      while the commits seen during it are still slowed, as far as the
+      pauses banked allow (``bank``: the duty cycle's share of every
+      batch, less the pauses made; at most pack-max-delay);
     - where it tells neither (``waiters`` None: SQLite, whose single
       writer makes every commit during a batch wait for it), a transaction
       committed since the previous batch (``last_tid()``, asked only
@@ -192,8 +199,8 @@ class Pacer:
     def _rest(self, delay):
         """Pause ``delay`` seconds, then on in steps of REST_STEP while the
         watch still sees commits slowed, as far as the bank allows; the
-        commits of the last step (or half) become the usual.  Returns the
-        seconds paused."""
+        commits of the last step (its second half, for the first) become
+        the usual.  Returns the seconds paused."""
         seen = self._quiet(delay)
         paused = delay
         while self._slow(seen) and paused + REST_STEP <= self.bank:
@@ -259,12 +266,13 @@ class Pacer:
                   _seconds(self._usual()), 'pause' if held_up else 'no pause',
                   self.size)
         if held_up:
-            delay = min(share, self.max_delay)
             if self.watch is not None:
-                # At least a step, where the bank allows: a pause as short
-                # as a batch of 10 ms sees no commit to judge by.
-                delay = self._rest(max(delay, min(REST_STEP, self.bank)))
+                # A step, where the bank allows (a pause as short as a
+                # batch of 10 ms sees no commit to judge by), and on while
+                # the commits are still slowed.
+                delay = self._rest(min(REST_STEP, self.bank))
             else:
+                delay = min(share, self.max_delay)
                 time.sleep(delay)
             self.bank = max(0.0, self.bank - delay)
             self.pauses += 1
