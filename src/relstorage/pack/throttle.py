@@ -31,7 +31,7 @@ LEAST_SCALE = 0.125
 #: Where the watch tells, a pause lasts this many seconds and goes on in
 #: steps of as many while the commits it saw in the step before were
 #: still slowed (an InnoDB page cleaner or a PostgreSQL checkpoint the
-#: batches set going outlasts a pause as long as one batch), for as long
+#: batches set going can outlast the batch), for as long
 #: as the pauses banked allow: the duty cycle's share of every batch,
 #: less the pauses made (never more than pack-max-delay).  It ends at
 #: the first step whose commits are not slowed, however long the step
@@ -64,9 +64,8 @@ def _seconds(value):
 class Pacer:
     """Batch sizes and pauses: batches of about pack-batch-timeout seconds,
     each followed, when another client was held up by it, by a pause that
-    keeps the work to pack-duty-cycle of the time at the most (never
-    longer than pack-max-delay).  Otherwise the next batch follows at
-    once.
+    leaves the work at least pack-duty-cycle of the time (never longer
+    than pack-max-delay).  Otherwise the next batch follows at once.
 
     Held up is measured, not assumed, in one of three ways:
 
